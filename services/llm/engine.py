@@ -50,7 +50,7 @@ class Sampling:
 
     temperature: float = 0.7
     top_p: float = 0.9
-    top_k: int = 64
+    top_k: int = 40
     seed: int | None = None
     max_new_tokens: int = 25
 

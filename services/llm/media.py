@@ -95,7 +95,9 @@ def check_image(data: bytes, limits: MediaLimits = MediaLimits()) -> ImageInfo:
             image.verify()  # checks the structure (and PNG CRCs) without keeping pixels
     except InvalidInput:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise InvalidInput(f"image is too large to decode safely ({exc})") from exc
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise InvalidInput(f"image is corrupt or unreadable ({exc}): send a valid JPEG or PNG") from exc
     if fmt not in ("JPEG", "PNG"):
         raise InvalidInput(f"image format {fmt} is not supported: send JPEG or PNG")
