@@ -74,12 +74,32 @@ def _gemma4_audio_mask_as_bool():
         encoder.forward = original
 
 
+@contextlib.contextmanager
+def _stop_tokens_without_punctuation_variants():
+    """litert-torch adds stop strings such as ".<|im_end|>" and "!<turn|>" next to each stop token
+    (for SentencePiece merges). LiteRT-LM then cuts that punctuation from the reply ("Paris" for
+    "Paris.") while the KV cache keeps it, so a reply no longer matches what the model holds and a
+    reused conversation differs from a rebuilt one. Keep only the stop tokens themselves."""
+    from litert_torch.generative.export_hf.core import litert_lm_builder
+
+    original = litert_lm_builder._STOP_TOKEN_PREFIXES
+    litert_lm_builder._STOP_TOKEN_PREFIXES = []
+    try:
+        yield
+    finally:
+        litert_lm_builder._STOP_TOKEN_PREFIXES = original
+
+
 def export_litertlm(checkpoint: Path, target: Path, *, task: str, **options) -> None:
     """Export a Hugging Face checkpoint folder to `target` (.litertlm) with litert-torch."""
     _install_tensorflow_schema_shim()
     from litert_torch.generative.export_hf import export as export_hf
 
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work, _gemma4_audio_mask_as_bool():
+    with (
+        tempfile.TemporaryDirectory(dir=target.parent, prefix=".export-") as work,
+        _gemma4_audio_mask_as_bool(),
+        _stop_tokens_without_punctuation_variants(),
+    ):
         export_hf.export(model=str(checkpoint), output_dir=work, task=task, **options)
         produced = sorted(Path(work).rglob("*.litertlm"))
         if len(produced) != 1:
