@@ -229,3 +229,23 @@ def test_corrupt_model_error_carries_the_native_reason(tmp_path):
 def test_warmup_runs_a_real_generation(tiny_engine):
     done = tiny_engine.warmup()
     assert done.decode_tokens > 0 and done.prefill_tokens > 100  # audio and image went through
+
+
+def test_gpu_failure_carries_the_native_reason(tmp_path):
+    """No WebGPU adapter here: the error says so in the library's own words, not a bare 'failed'."""
+    with pytest.raises(EngineError) as caught:
+        LlmEngine(EngineConfig(model_path=str(TINY_MM), cache_dir=str(tmp_path), backend="gpu", vision_backend="cpu"))
+    assert "on gpu" in str(caught.value)
+    assert "WebGPU" in caught.value.reason
+
+
+def test_auto_falls_back_to_cpu_when_the_gpu_fails(tmp_path, monkeypatch):
+    import services.llm.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "default_backend", lambda: "gpu")  # as on a Mac
+    engine = LlmEngine(EngineConfig(model_path=str(TINY_MM), cache_dir=str(tmp_path)))
+    try:
+        assert engine.info.backend == "cpu" and engine.info.vision_backend == "cpu"
+        assert engine.warmup().decode_tokens > 0
+    finally:
+        engine.close()
