@@ -1,9 +1,11 @@
 """Fixtures for the llm engine tests: the real LiteRT-LM engine on the tiny Gemma-4-shaped fixture,
 speech synthesised by espeak-ng at test time, and small JPEG/PNG images made with Pillow.
 
-The tiny model (tests/fixtures/models/tiny-gemma4-mm.litertlm) has random weights: its words are
-gibberish, but it runs the real audio and vision encoders. Rebuild it with
-`python -m tools.models.llm_kit --out tests/fixtures/models --which tiny --force` (about a minute).
+The tiny model (tests/fixtures/models/tiny-gemma4-mm.litertlm, 2.9 MB) has seeded random weights: its
+words are gibberish, but it runs the real audio and vision encoders; tiny-gemma4-text.litertlm is the
+same model without encoders. Rebuild both (1-2 minutes each, in the kit's venv, see
+tools/models/requirements-llm.txt) with
+`python -m tools.models.llm_kit --out tests/fixtures/models --which tiny --force` and `--which tiny-text`.
 """
 
 from __future__ import annotations
