@@ -216,15 +216,16 @@ class _Endpointer:
         self.phase = _Phase.SILENCE
         self._onset = 0  # first sample of the first speech window
         self._voiced = 0  # samples at or above the stop threshold since the onset
-        self._quiet_since: int | None = None  # first sample of the current silence
+        self._quiet_since: int | None = None  # first sample below the stop threshold
+        self._fading_since: int | None = None  # first sample below the speech threshold
         self._floor = 0  # a new segment never starts before the last one ended
 
     def oldest_needed(self, position: int) -> int:
         """The earliest sample an edge may still be reported at."""
         if self.phase is _Phase.ONSET:
             return max(self._floor, self._onset - self._pad)
-        if self.phase is _Phase.SPEECH and self._quiet_since is not None:
-            return self._quiet_since
+        if self.phase is _Phase.SPEECH and self._fading_since is not None:
+            return self._fading_since
         return max(0, position - self._pad)
 
     def step(self, start: int, prob: float) -> tuple[SpeechEventKind, int] | None:
@@ -235,9 +236,11 @@ class _Endpointer:
                 return None
             self.phase, self._onset, self._voiced = _Phase.ONSET, start, 0
         if prob >= self._threshold:
-            self._quiet_since = None
-        elif prob < self._stop_threshold and self._quiet_since is None:
-            self._quiet_since = start
+            self._quiet_since = self._fading_since = None
+        else:
+            self._fading_since = start if self._fading_since is None else self._fading_since
+            if prob < self._stop_threshold and self._quiet_since is None:
+                self._quiet_since = start
         quiet_enough = self._quiet_since is not None and end - self._quiet_since >= self._min_silence
 
         if self.phase is _Phase.ONSET:
@@ -247,20 +250,22 @@ class _Endpointer:
                 self.phase = _Phase.SPEECH
                 return SpeechEventKind.STARTED, max(self._floor, self._onset - self._pad)
             if quiet_enough:  # a blip: it never became a turn
-                self.phase, self._quiet_since = _Phase.SILENCE, None
+                self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
             return None
 
         if quiet_enough:
-            self._floor = self._quiet_since + self._pad
-            self.phase, self._quiet_since = _Phase.SILENCE, None
+            # The stop threshold only keeps a turn open across dips; the speech itself
+            # ended where the probability first fell below the speech threshold.
+            self._floor = self._fading_since + self._pad
+            self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
             return SpeechEventKind.ENDED, self._floor
         return None
 
     def finish(self, position: int) -> int | None:
         """End of stream at sample ``position``: where an open segment ends, if any."""
         open_segment = self.phase is _Phase.SPEECH
-        end = position if self._quiet_since is None else min(position, self._quiet_since + self._pad)
-        self.phase, self._quiet_since = _Phase.SILENCE, None
+        end = position if self._fading_since is None else min(position, self._fading_since + self._pad)
+        self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
         if open_segment:
             self._floor = end
             return end
