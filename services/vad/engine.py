@@ -75,7 +75,7 @@ class VadSettings:
     speech_pad_ms: int = 30
 
     def __post_init__(self) -> None:
-        _check_range("threshold", self.threshold, 0.1, 0.95)
+        _check_range("threshold", self.threshold, 0.05, 0.95)
         if self.neg_threshold is not None:
             _check_range("neg_threshold", self.neg_threshold, 0.01, self.threshold)
         _check_range("min_speech_ms", self.min_speech_ms, 0, 5000)
@@ -98,6 +98,7 @@ def _check_range(name: str, value: float, low: float, high: float) -> None:
 class SpeechEventKind(enum.Enum):
     STARTED = "started"
     ENDED = "ended"
+    PROBABILITY = "probability"  # one per window, only for streams that ask for them
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ class SpeechEvent:
 
     ``STARTED`` carries the segment's (padded) start; ``ENDED`` carries both ends, so a
     consumer of ends alone still has whole segments. ``probability`` is the model output
-    of the window that decided the edge.
+    of the window that decided the edge (``PROBABILITY``: of the window spanning start..end).
+    ``processed_samples`` is how far the model had got when the event was decided.
     """
 
     kind: SpeechEventKind
@@ -115,6 +117,7 @@ class SpeechEvent:
     end_sample: int | None = None
     end_ms: float | None = None
     probability: float | None = None
+    processed_samples: int = 0
 
 
 def pcm16_to_float(pcm: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
@@ -160,8 +163,9 @@ class SileroVad:
         )
         return probs[:, 0], new_state
 
-    def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None) -> VadStream:
-        return VadStream(self, sample_rate, settings or VadSettings())
+    def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None,
+                    emit_probabilities: bool = False) -> VadStream:
+        return VadStream(self, sample_rate, settings or VadSettings(), emit_probabilities)
 
     def warm_up(self) -> None:
         """Run one window per supported rate so the first real request pays no setup."""
@@ -310,10 +314,11 @@ class VadStream:
     call ``close()`` to free its state.
     """
 
-    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings):
+    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings, emit_probabilities: bool = False):
         check_sample_rate(sample_rate)
         self.sample_rate = sample_rate
         self.settings = settings
+        self.emit_probabilities = emit_probabilities
         self._model = model
         self._window = WINDOW_SAMPLES[sample_rate]
         self._context_size = CONTEXT_SAMPLES[sample_rate]
@@ -393,19 +398,24 @@ class VadStream:
         start = self._processed
         self._processed += self._window
         self.last_probability = prob
+        events = []
+        if self.emit_probabilities:
+            events.append(SpeechEvent(SpeechEventKind.PROBABILITY, start, self._clock.to_ms(start), self._processed,
+                                      self._clock.to_ms(self._processed), prob, self._processed))
         edge = self._endpointer.step(start, prob)
+        if edge is not None:
+            kind, sample = edge
+            if kind is SpeechEventKind.STARTED:
+                self._open_start = (sample, self._clock.to_ms(sample))
+                events.append(SpeechEvent(kind, sample, self._open_start[1], probability=prob,
+                                          processed_samples=self._processed))
+            else:
+                events.append(self._ended(sample, prob))
         self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
-        if edge is None:
-            return []
-        kind, sample = edge
-        if kind is SpeechEventKind.STARTED:
-            self._open_start = (sample, self._clock.to_ms(sample))
-            return [SpeechEvent(kind, sample, self._open_start[1], probability=prob)]
-        return [self._ended(sample, prob)]
+        return events
 
     def _ended(self, end_sample: int, prob: float | None) -> SpeechEvent:
         start_sample, start_ms = self._open_start or (end_sample, self._clock.to_ms(end_sample))
         self._open_start = None
-        return SpeechEvent(
-            SpeechEventKind.ENDED, start_sample, start_ms, end_sample, self._clock.to_ms(end_sample), prob
-        )
+        return SpeechEvent(SpeechEventKind.ENDED, start_sample, start_ms, end_sample, self._clock.to_ms(end_sample),
+                           prob, self._processed)

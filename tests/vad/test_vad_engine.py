@@ -225,3 +225,19 @@ def test_a_closed_stream_frees_its_state_and_refuses_audio(model):
 
 def test_the_model_file_is_the_pinned_silero_release():
     assert hashlib.sha256(default_model_path().read_bytes()).hexdigest() == MODEL_SHA256
+
+
+def test_probabilities_on_request_follow_the_speech(model, utterances_16k):
+    scene = compose(utterances_16k[:1], [1.0, 1.0], 16000)
+    with model.open_stream(emit_probabilities=True) as stream:
+        events = stream.push(scene.audio)
+    probs = [e for e in events if e.kind is SpeechEventKind.PROBABILITY]
+    assert len(probs) == len(scene.audio) // 512
+    assert [e.start_sample for e in probs] == list(range(0, len(probs) * 512, 512))
+    true_start, true_end = scene.truth[0]
+    inside = [e.probability for e in probs if true_start + 3200 <= e.start_sample and e.end_sample <= true_end - 3200]
+    outside = [e.probability for e in probs if e.end_sample < true_start or e.start_sample > true_end + 3200]
+    assert np.median(inside) > 0.9 and max(outside) < 0.2
+    # Edges are still reported, in order with the probabilities.
+    edges = [e.kind for e in events if e.kind is not SpeechEventKind.PROBABILITY]
+    assert edges == [SpeechEventKind.STARTED, SpeechEventKind.ENDED]
