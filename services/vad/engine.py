@@ -354,6 +354,10 @@ class VadStream:
             events += self._after_window(float(probs[0]))
         return events
 
+    def windows_after(self, pcm_bytes: int) -> int:
+        """How many model windows a push of ``pcm_bytes`` of PCM16 would run (its cost)."""
+        return (len(self._buffer) + pcm_bytes // 2) // self._window
+
     def flush(self) -> list[SpeechEvent]:
         """End of stream: close an open turn at the last sample received."""
         self._check_open()

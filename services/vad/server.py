@@ -2,9 +2,9 @@
 
 The servicer only translates between protobuf and ``services.vad.engine``: the first message
 carries the settings, every message may carry audio, and each engine event becomes a
-``VadEvent``. Windows run on one inference thread (the model's single-thread executor), so a
-1 s chunk (31 windows, ~6 ms) never stalls the event loop that serves the other streams.
-A stream that ends, fails or is cancelled frees its state at once.
+``VadEvent``. Small chunks are endpointed on the event loop, large ones on the model's
+single inference thread (see ``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
+frees its state at once.
 """
 
 from __future__ import annotations
@@ -25,6 +25,11 @@ from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 _METHOD = "VadService/StreamAudio"
+# A chunk needing at most this many windows (~0.2 ms each) runs on the event loop: the hop to
+# the inference thread costs ~60 us of CPU per message (measured: 1.37 -> 1.06 % of a core per
+# 20 ms-chunk stream when run inline). Longer chunks go to the inference thread, so a 1 s chunk
+# (31 windows, ~6 ms) never stalls the other streams.
+_INLINE_WINDOWS = 2
 ACTIVE_STREAMS = Gauge("sotto_vad_active_streams", "Audio streams being endpointed now.")
 
 _EVENT_KINDS = {
@@ -95,7 +100,10 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
                 _check_chunk(chunk, stream, last_sequence)
                 last_sequence = chunk.sequence
                 # 0 means "not given": the chunk continues the stream's capture clock.
-                events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
+                if stream.windows_after(len(chunk.pcm16)) <= _INLINE_WINDOWS:
+                    events = stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
+                else:
+                    events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
                 for event in events:
                     yield event_to_proto(event)
             if stream is None:
