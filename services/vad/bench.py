@@ -2,14 +2,22 @@
 and how many real-time 16 kHz streams one core sustains.
 
     python -m services.vad.bench [--streams 100] [--seconds 5] [--chunk-ms 20]
+    python -m services.vad.bench --service [--streams 50] [--seconds 10]
 
-Everything runs on one thread (ORT intra-op threads = 1), so the figures are per core.
-A real-time stream needs one window every 32 ms, hence streams per core = 32 ms / cost.
+Engine figures run on one thread (ORT intra-op threads = 1), so they are per core: a real-time
+stream needs one window every 32 ms, hence streams per core = 32 ms / cost. ``--service``
+starts ``services.vad.server`` on free loopback ports, drives real-time paced gRPC streams at it
+and reports the server process's CPU per stream (gRPC included).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -72,12 +80,93 @@ def streams_batched(model: SileroVad, streams: int, seconds: float, chunk_ms: fl
     return elapsed * 1000 / (streams * (len(audio[0]) // WINDOW))
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _paced_stream(stub, audio: bytes, chunk_ms: float) -> int:
+    from sotto.v1 import vad_pb2
+
+    chunk_bytes = int(RATE * chunk_ms / 1000) * 2
+
+    async def requests():
+        yield vad_pb2.VadRequest(settings=vad_pb2.VadSettings())
+        began = time.monotonic()
+        for sequence, offset in enumerate(range(0, len(audio), chunk_bytes)):
+            yield vad_pb2.VadRequest(audio=vad_pb2.AudioChunk(
+                pcm16=audio[offset : offset + chunk_bytes], sample_rate=RATE, sequence=sequence,
+                capture_ts_ms=1 + round(sequence * chunk_ms)))
+            await asyncio.sleep(max(0.0, began + (sequence + 1) * chunk_ms / 1000 - time.monotonic()))
+
+    call = stub.StreamAudio(requests(), timeout=len(audio) / 2 / RATE + 60)
+    try:
+        return len([event async for event in call])
+    finally:
+        call.cancel()
+
+
+async def _drive_service(address: str, server_pid: int, streams: int, seconds: float, chunk_ms: float) -> None:
+    import grpc
+    import psutil
+
+    from sotto.v1 import vad_pb2_grpc
+
+    server = psutil.Process(server_pid)
+    audio = [_audio(seconds, seed).tobytes() for seed in range(streams)]
+    cpu_before, began = sum(server.cpu_times()[:2]), time.monotonic()
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = vad_pb2_grpc.VadServiceStub(channel)
+        await asyncio.gather(*(_paced_stream(stub, samples, chunk_ms) for samples in audio))
+    wall, cpu = time.monotonic() - began, sum(server.cpu_times()[:2]) - cpu_before
+    per_stream = cpu / wall / streams
+    if wall > seconds * 1.1:
+        print(f"  warning: the load generator fell {wall - seconds:.1f} s behind real time (CPU-starved?); "
+              "the per-stream figure below understates the cost")
+    print(f"  {streams} paced streams x {seconds:g} s in {chunk_ms:g} ms chunks: wall {wall:.2f} s "
+          f"(lag {wall - seconds:+.2f} s), server CPU {cpu / wall:.0%} of a core, "
+          f"{per_stream:.2%} per stream -> {1 / per_stream:.0f} real-time streams/core")
+
+
+def service_bench(streams: int, seconds: float, chunk_ms: float) -> None:
+    port, metrics_port = _free_port(), _free_port()
+    env = {**os.environ, "SOTTO_VAD_PORT": str(port), "SOTTO_VAD_METRICS_PORT": str(metrics_port),
+           "SOTTO_VAD_MAX_STREAMS": str(max(streams, 64)), "SOTTO_LOG_LEVEL": "WARNING"}
+    server = subprocess.Popen([sys.executable, "-m", "services.vad.server"], env=env)
+    try:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("vad server did not reach SERVING within 30 s")
+                time.sleep(0.1)
+        print(f"service (python -m services.vad.server, pid {server.pid}):")
+        asyncio.run(_drive_service(f"127.0.0.1:{port}", server.pid, streams, seconds, chunk_ms))
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--chunk-ms", type=float, default=20.0, help="size of each pushed chunk")
+    parser.add_argument("--service", action="store_true", help="measure the gRPC service instead of the engine")
     args = parser.parse_args()
+    if args.service:
+        service_bench(args.streams, args.seconds, args.chunk_ms)
+        return
 
     model = SileroVad()
     model.warm_up()

@@ -82,10 +82,10 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
         grpc_server.rpc_context_ids(context)
         began, code = time.monotonic(), grpc.StatusCode.OK
         if self.model is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the VAD model is still loading; retry shortly")
+            await _refuse(context, grpc.StatusCode.UNAVAILABLE, "the VAD model is still loading; retry shortly")
         if self.active_streams >= self.max_streams:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"busy: {self.max_streams} audio streams already open (SOTTO_VAD_MAX_STREAMS)")
+            await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"busy: {self.max_streams} audio streams already open (SOTTO_VAD_MAX_STREAMS)")
         self.active_streams += 1
         ACTIVE_STREAMS.inc()
         stream: VadStream | None = None
@@ -132,6 +132,12 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    metrics.RPC_TOTAL.labels(_METHOD, code.name).inc()
+    _LOGGER.info("stream_refused", extra={"code": code.name, "reason": details})
+    await context.abort(code, details)
 
 
 async def _read_settings(requests: AsyncIterator[vad_pb2.VadRequest], defaults: VadSettings

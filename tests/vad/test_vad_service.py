@@ -224,3 +224,32 @@ async def test_client_cli_explains_an_unsupported_wav(tmp_path):
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2 and "16000 or 8000 Hz" in err.decode() and "sox" in err.decode()
+
+
+async def test_the_service_refuses_to_start_with_default_settings_out_of_range(tmp_path):
+    env = {**__import__("os").environ, "SOTTO_VAD_SPEECH_PAD_MS": "300", "SOTTO_VAD_PORT": "1"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.vad.server", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    assert "speech_pad_ms must be in [0, 200], got 300" in err.decode()
+
+
+async def test_a_stream_opened_while_the_model_loads_is_told_to_retry(service, scene):
+    stub, servicer, _ = service
+    servicer.model, model = None, servicer.model
+    never = asyncio.Event()
+
+    async def silent():  # writes nothing: see the grpc.aio write race noted in the busy test
+        await never.wait()
+        yield _settings()
+
+    try:
+        with pytest.raises(grpc.RpcError) as raised:
+            async for _ in stub.StreamAudio(silent(), timeout=10):
+                pass
+        error = raised.value
+    finally:
+        servicer.model = model
+    assert error.code() == grpc.StatusCode.UNAVAILABLE and "loading" in error.details()
