@@ -143,7 +143,8 @@ def service_bench(streams: int, seconds: float, chunk_ms: float) -> None:
             deadline = time.monotonic() + 30
             while True:
                 try:
-                    if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    reply = health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
                         break
                 except grpc.RpcError:
                     pass
@@ -175,7 +176,8 @@ def main() -> None:
     for batch in (1, 4, 8, 16, 32, 64):
         cost = model_only(model, batch)
         print(f"  batch {batch:>3}: {cost:.4f} ms  -> {WINDOW_MS / cost:6.0f} streams/core")
-    print(f"{args.streams} streams x {args.seconds:g} s, {args.chunk_ms:g} ms chunks, ms per window incl. framing + endpointing:")
+    print(f"{args.streams} streams x {args.seconds:g} s, {args.chunk_ms:g} ms chunks, "
+          "ms per window incl. framing + endpointing:")
     for name, run in (("one by one (push)", streams_one_by_one), ("batched (push_batch)", streams_batched)):
         cost = run(model, args.streams, args.seconds, args.chunk_ms)
         print(f"  {name:<21}: {cost:.4f} ms  -> {WINDOW_MS / cost:6.0f} real-time streams/core")

@@ -108,7 +108,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
                     yield event_to_proto(event)
             if stream is None:
                 raise InvalidStream("empty stream: send settings in the first message, then audio chunks")
-            for event in await self._run(stream.flush):
+            for event in stream.flush():
                 yield event_to_proto(event)
         except (InvalidStream, ValueError) as exc:
             code = grpc.StatusCode.INVALID_ARGUMENT

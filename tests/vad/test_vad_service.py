@@ -103,7 +103,8 @@ def _audio(pcm: bytes, rate: int = 16000, sequence: int = 0) -> vad_pb2.VadReque
 
 
 BAD_STREAMS = {
-    "wrong sample rate": ([_settings(), _audio(b"\0" * 1024, rate=44100)], r"sample rate must be one of \(16000, 8000\)"),
+    "wrong sample rate": ([_settings(), _audio(b"\0" * 1024, rate=44100)],
+                          r"sample rate must be one of \(16000, 8000\)"),
     "odd byte count": ([_settings(), _audio(b"\0" * 1023)], "even number of bytes, got 1023"),
     "empty stream": ([], "empty stream"),
     "settings but no audio": ([_settings()], "empty stream"),
