@@ -220,6 +220,9 @@ async def test_prometheus_reads_back_turns_and_ttfa(tmp_path: Path) -> None:
         if STACK == "real":
             for service in ("vad", "llm", "tts"):
                 await scalar_when(api, f'sotto_service_serving{{service="{service}"}}', lambda v: v == 1)
+            # serve_metrics registers the hardware collector in each model service
+            await scalar_when(api, 'count(sotto_gpu_info{service=~"vad|llm|tts"})', lambda v: v == 3)
+        await scalar_when(api, 'process_resident_memory_bytes{service="gateway"}', lambda v: v > 2**20)
         turns += await drive_turns(stack.gateway_url, TEXT_TURNS - TEXT_TURNS // 2, SPEECH_TURNS)
         assert len(turns) == TEXT_TURNS + SPEECH_TURNS
         assert all(t["finish_reason"] == "stop" for t in turns), turns
