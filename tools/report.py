@@ -226,7 +226,16 @@ def _draw_buckets(report: Report, axes) -> None:
     ax.set(title="Stage latency (estimated from buckets)", ylabel="ms")
     ax.legend(fontsize=8)
     axes[2].axis("off")
-    axes[2].text(0, 0.5, "Per-turn detail needs the gateway log\n(run/logs/gateway.log, `make up`).", fontsize=10)
+    lines = []
+    if sum(n for _, n in report.ttfa_buckets):
+        cumulative, running = [], 0.0
+        for le, n in report.ttfa_buckets:
+            running += n
+            cumulative.append((le, running))
+        lines = [f"TTFA p{round(q * 100)} ≈ {bucket_quantile(q, cumulative) * 1000:.0f} ms" for q in (0.5, 0.95, 0.99)]
+    lines += ["", "(estimated from buckets, as Prometheus does)", "",
+              "Per-turn detail needs the gateway log", "(run/logs/gateway.log, `make up`)."]
+    axes[2].text(0, 0.5, "\n".join(lines), fontsize=10, va="center")
 
 
 # -- entry point -------------------------------------------------------------------------------------------------
