@@ -14,7 +14,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from services.common import hardware
 from tests.observability import contract
-from tests.observability.test_hardware import FakeNvml
+from tests.observability.fakes import FakeNvml
 
 # Every module that registers metrics at import. A service that adds a metrics module adds it here.
 METRIC_MODULES = ("services.common.metrics", "services.gateway.metrics", "services.vad.server", "services.llm.server",
