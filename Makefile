@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,gateway,test
 
-.PHONY: install system-deps proto up down status logs test test-fast bench models-offline clean
+.PHONY: install system-deps proto up down status logs test bench models-offline report clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,9 +17,11 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 # espeak-ng and sox make the speech fixtures the tests speak.
+# promtool (Debian's prometheus) checks the alert rules and runs the Prometheus end-to-end test.
 system-deps:
-	@command -v espeak-ng >/dev/null && command -v sox >/dev/null || \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox)
+	@command -v espeak-ng >/dev/null && command -v sox >/dev/null && command -v promtool >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	    espeak-ng sox prometheus)
 
 proto: install
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/sotto/v1/*.proto
@@ -38,6 +40,9 @@ logs:
 
 test: install system-deps
 	$(PY) -m pytest
+
+report: install
+	$(PY) -m tools.report
 
 clean:
 	rm -rf $(VENV) run
