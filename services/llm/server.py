@@ -1,30 +1,311 @@
-"""The llm gRPC service (sotto.v1.LlmService).
+"""The llm gRPC service (sotto.v1.LlmService): protobuf in, engine events out, nothing more.
 
-Skeleton from the foundation: health, reflection and metrics are real; the RPCs answer UNIMPLEMENTED (the
-generated base servicer's behaviour) until the engine lands. No invented output.
+The servicer translates a GenerateRequest into the engine's request, admits it (at most
+SOTTO_LLM_MAX_CONCURRENT in flight, FIFO, the next one refused at once as RESOURCE_EXHAUSTED), and
+streams the engine's events back, stepping the blocking engine iterator on one executor thread.
+A cancelled call (client cancel, deadline) cancels the generation and waits until the engine is
+free before giving up its slot. Domain errors become statuses here and only here.
 """
 
 from __future__ import annotations
 
-import grpc
+import asyncio
+import concurrent.futures
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from services.common import config, grpc_server, logs
-from sotto.v1 import llm_pb2_grpc
+import grpc
+from prometheus_client import Counter, Histogram
+
+from services.common import config, grpc_server, logs, metrics, models
+from services.llm.admission import Admission
+from services.llm.conversations import Turn
+from services.llm.engine import EngineConfig, FinishReason, Finished, GenerateRequest, LlmEngine, Sampling, TextDelta
+from services.llm.errors import Busy, EngineError, InvalidInput, MemoryBudgetError
+from services.llm.media import MediaLimits
+from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+
+OFFLINE_MODEL = "smollm2-135m-instruct.litertlm"  # what tools/models/llm_kit builds as `instruct`
+
+TTFT_SECONDS = Histogram(
+    "sotto_llm_time_to_first_token_seconds", "Time from admission to the first streamed text.",
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8),
+)
+DECODE_RATE = Histogram(
+    "sotto_llm_decode_tokens_per_second", "Decode speed per reply.", buckets=(5, 10, 20, 30, 50, 80, 120, 200, 500, 1000)
+)
+FINISHED = Counter("sotto_llm_finished_total", "Replies by finish reason.", ["reason"])
+REFUSED = Counter("sotto_llm_refused_total", "Requests refused before generation, by cause.", ["cause"])
+
+_FINISH = {
+    FinishReason.STOP: llm_pb2.STOP,
+    FinishReason.LENGTH: llm_pb2.LENGTH,
+    FinishReason.CANCELLED: llm_pb2.CANCELLED,
+    FinishReason.DEGRADED: llm_pb2.DEGRADED,
+}
+_ROLES = {common_pb2.Turn.ROLE_USER: "user", common_pb2.Turn.ROLE_ASSISTANT: "assistant"}
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 40
+    max_new_tokens: int = 25
+
+
+def to_engine_request(request: llm_pb2.GenerateRequest, defaults: SamplingDefaults) -> GenerateRequest:
+    """Protobuf -> engine request; unset sampling fields take the service defaults."""
+    s = request.sampling
+    sampling = Sampling(
+        temperature=s.temperature if s.HasField("temperature") else defaults.temperature,
+        top_p=s.top_p if s.HasField("top_p") else defaults.top_p,
+        top_k=s.top_k if s.HasField("top_k") else defaults.top_k,
+        seed=s.seed if s.HasField("seed") else None,
+        max_new_tokens=s.max_new_tokens if s.HasField("max_new_tokens") else defaults.max_new_tokens,
+    )
+    history = []
+    for turn in request.history:
+        if turn.role not in _ROLES:
+            raise InvalidInput("history turn has no role: set ROLE_USER or ROLE_ASSISTANT")
+        history.append(Turn(_ROLES[turn.role], turn.text))
+    user = request.user
+    return GenerateRequest(
+        text=user.text,
+        audio=(user.audio_wav,) if user.audio_wav else (),
+        images=tuple(image.data for image in user.images),
+        system_prompt=request.system_prompt,
+        history=tuple(history),
+        sampling=sampling,
+        session_id=request.session_id or None,
+    )
+
+
+def done_event(finished: Finished, queue_wait_s: float) -> llm_pb2.GenerateEvent:
+    ttft = finished.time_to_first_token_s
+    return llm_pb2.GenerateEvent(
+        done=llm_pb2.GenerateDone(
+            finish_reason=_FINISH[finished.finish_reason],
+            text=finished.text,
+            timings=llm_pb2.GenerateTimings(
+                queue_wait_ms=queue_wait_s * 1000,
+                time_to_first_token_ms=0.0 if ttft is None else ttft * 1000,
+                prefill_tokens=finished.prefill_tokens,
+                decode_tokens=finished.decode_tokens,
+                prefill_tokens_per_s=finished.prefill_tokens_per_s,
+                decode_tokens_per_s=finished.decode_tokens_per_s,
+                total_ms=finished.total_s * 1000,
+                reused_conversation=finished.reused_conversation,
+            ),
+        )
+    )
+
+
+def _step(generation):
+    return next(generation, None)
+
+
+def _finish(generation, step: concurrent.futures.Future | None) -> None:
+    """After a cancel: let the in-flight step return, then run the generation to its end."""
+    if step is not None:
+        concurrent.futures.wait([step])
+    for _ in generation:
+        pass
+
+
+class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
+    def __init__(self, engine: LlmEngine, admission: Admission, defaults: SamplingDefaults, *,
+                 fallback: bool = False, note: str = ""):
+        self._engine = engine
+        self._admission = admission
+        self._defaults = defaults
+        self._fallback = fallback
+        self._note = note
+        # One thread per model: the engine runs one generation at a time anyway.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llm-engine")
+        self._draining: set[asyncio.Future] = set()
+
+    async def GetModelInfo(self, request, context):
+        info = self._engine.info
+        return llm_pb2.ModelInfo(
+            model=info.name,
+            backend=info.backend,
+            audio_input=info.audio,
+            image_input=info.vision,
+            context_tokens=info.context_tokens,
+            fallback=self._fallback,
+            note=self._note,
+        )
+
+    async def Generate(self, request, context):
+        grpc_server.rpc_context_ids(context)
+        started = time.monotonic()
+        code = grpc.StatusCode.OK
+        try:
+            generation = self._engine.generate(to_engine_request(request, self._defaults))
+            async with self._admission.admit():
+                queue_wait = time.monotonic() - started
+                async for event in self._stream(generation, queue_wait):
+                    yield event
+        except InvalidInput as exc:
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            REFUSED.labels("invalid").inc()
+            await context.abort(code, str(exc))
+        except Busy as exc:
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            REFUSED.labels("busy").inc()
+            await context.abort(code, str(exc))
+        except EngineError as exc:
+            code = grpc.StatusCode.UNAVAILABLE
+            _LOGGER.error("engine_error", extra={"error": str(exc)})
+            await context.abort(code, str(exc))
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        finally:
+            metrics.RPC_TOTAL.labels("Generate", code.name).inc()
+            metrics.RPC_SECONDS.labels("Generate").observe(time.monotonic() - started)
+
+    async def _stream(self, generation, queue_wait: float):
+        step = None
+        try:
+            while True:
+                step = self._executor.submit(_step, generation)
+                event = await asyncio.wrap_future(step)
+                if event is None:
+                    return
+                if isinstance(event, TextDelta):
+                    yield llm_pb2.GenerateEvent(text_delta=event.text)
+                else:
+                    self._observe(event)
+                    yield done_event(event, queue_wait)
+        except (asyncio.CancelledError, GeneratorExit):
+            # The call is gone (cancelled, deadline, server stopping): stop decoding, and hold the
+            # admission slot until the engine is really free. The drain runs on its own thread, so it
+            # neither waits behind nor depends on the engine executor.
+            generation.cancel()
+            drain = asyncio.ensure_future(asyncio.to_thread(_finish, generation, step))
+            self._draining.add(drain)
+            drain.add_done_callback(self._draining.discard)
+            await asyncio.shield(drain)
+            raise
+
+    @staticmethod
+    def _observe(finished: Finished) -> None:
+        FINISHED.labels(finished.finish_reason.value).inc()
+        if finished.time_to_first_token_s is not None:
+            TTFT_SECONDS.observe(finished.time_to_first_token_s)
+        if finished.decode_tokens_per_s > 0:
+            DECODE_RATE.observe(finished.decode_tokens_per_s)
+        _LOGGER.info("generated", extra={
+            "finish": finished.finish_reason.value, "prefill_tokens": finished.prefill_tokens,
+            "decode_tokens": finished.decode_tokens, "ttft_ms": round((finished.time_to_first_token_s or 0) * 1000),
+            "total_ms": round(finished.total_s * 1000), "reused": finished.reused_conversation,
+        })
+
+    async def close(self) -> None:
+        """Wait for cancelled generations to wind down, then free the engine."""
+        if self._draining:
+            await asyncio.wait(set(self._draining))
+        await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
+        await asyncio.to_thread(self._engine.close)
+
+
+def resolve_model(cfg: config.LlmConfig, common: config.CommonConfig) -> tuple[Path, bool, str]:
+    """The model file, whether it is the offline stand-in, and a note saying why."""
+    hub = models.HubFile(cfg.hf_repo, cfg.hf_file)
+    try:
+        return models.resolve(hub, cfg.model, "SOTTO_LLM_MODEL", common), False, ""
+    except models.ModelUnavailable as exc:
+        offline = common.model_dir / "offline" / OFFLINE_MODEL
+        if cfg.model is not None or not offline.exists():
+            raise
+        note = (f"{cfg.hf_file} is unavailable, so the offline stand-in {OFFLINE_MODEL} (text only) is used; "
+                f"{str(exc).split('. Provide', 1)[0]}")
+        _LOGGER.warning("model_fallback", extra={"model": str(offline), "reason": str(exc)})
+        return offline, True, note
+
+
+def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Path) -> EngineConfig:
+    return EngineConfig(
+        model_path=str(model),
+        backend=cfg.backend,
+        vision_backend=cfg.vision_backend,
+        audio_backend=cfg.audio_backend,
+        cpu_threads=cfg.threads or None,
+        context_tokens=cfg.context_tokens,
+        cache_dir=str(common.model_dir / "litert-lm-cache"),
+        max_sessions=cfg.max_sessions,
+        time_limit_s=cfg.max_inference_s,
+        media_limits=MediaLimits(
+            max_audio_seconds=cfg.max_audio_s,
+            max_image_bytes=cfg.max_image_bytes,
+            max_image_pixels=cfg.max_image_pixels,
+            max_image_items=cfg.max_images,
+        ),
+        memory_budget_fraction=common.memory_budget,
+    )
 
 
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.LlmConfig))
     logs.setup("llm", common.log_level)
-
-    def register(server: grpc.aio.Server) -> None:
-        llm_pb2_grpc.add_LlmServiceServicer_to_server(llm_pb2_grpc.LlmServiceServicer(), server)
+    defaults = SamplingDefaults(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
+    servicers: list[LlmServicer] = []
 
     async def load() -> dict[str, str]:
-        return {"engine": "none"}
+        model, fallback, note = await asyncio.to_thread(resolve_model, cfg, common)
+        try:
+            engine = await asyncio.to_thread(LlmEngine, engine_config(cfg, common, model))
+        except (EngineError, MemoryBudgetError) as exc:
+            raise SystemExit(f"llm: {exc}") from exc
+        warm = await asyncio.to_thread(engine.warmup)
+        servicer = LlmServicer(engine, Admission(cfg.max_concurrent), defaults, fallback=fallback, note=note)
+        servicers.append(servicer)
+        info = engine.info
+        return {"model": info.name, "backend": info.backend, "audio": str(info.audio), "vision": str(info.vision),
+                "context_tokens": str(info.context_tokens), "fallback": str(fallback),
+                "warmup_ms": str(round(warm.total_s * 1000))}
 
-    spec = grpc_server.ServiceSpec("llm", ["sotto.v1.LlmService"], cfg.port, cfg.metrics_port, register, load)
+    async def close() -> None:
+        for servicer in servicers:
+            await servicer.close()
+
+    spec = grpc_server.ServiceSpec("llm", ["sotto.v1.LlmService"], cfg.port, cfg.metrics_port,
+                                   _late_register(servicers), load, close)
     return spec, common
+
+
+def _late_register(servicers: list[LlmServicer]):
+    """The server listens (health NOT_SERVING) before the model loads, so the servicer is added
+    at start with a proxy that forwards to the real one once `load` has built it."""
+
+    def register(server: grpc.aio.Server) -> None:
+        llm_pb2_grpc.add_LlmServiceServicer_to_server(_Proxy(servicers), server)
+
+    return register
+
+
+class _Proxy(llm_pb2_grpc.LlmServiceServicer):
+    def __init__(self, servicers: list[LlmServicer]):
+        self._servicers = servicers
+
+    async def _target(self, context) -> LlmServicer:
+        if not self._servicers:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the model is still loading; check health")
+        return self._servicers[0]
+
+    async def GetModelInfo(self, request, context):
+        return await (await self._target(context)).GetModelInfo(request, context)
+
+    async def Generate(self, request, context):
+        async for event in (await self._target(context)).Generate(request, context):
+            yield event
 
 
 if __name__ == "__main__":

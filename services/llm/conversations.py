@@ -1,0 +1,80 @@
+"""One LiteRT-LM conversation per session, reused while it holds exactly what the caller's history says.
+
+A conversation's KV cache already holds every earlier turn, so reusing it saves the prefill of the
+whole history. It is only safe when the caller's history is the conversation's own: the same system
+prompt and sampler, and the turns it was fed plus the reply it produced. Anything else (a cancel, a
+truncated or degraded reply, an edited history, an unknown or evicted session) means the conversation
+is rebuilt from the history the caller sent. The cache is a bounded LRU; evicted conversations are
+closed.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    role: str  # "user" or "assistant"
+    text: str
+
+
+@dataclasses.dataclass
+class Held:
+    """A live conversation and what it holds."""
+
+    conversation: Any
+    key: tuple  # system prompt and sampler settings the conversation was created with
+    turns: tuple[Turn, ...]
+
+
+class ConversationCache:
+    """LRU map of session id -> Held conversation. Not thread-safe: the engine holds its lock."""
+
+    def __init__(self, max_sessions: int, close: Callable[[Any], None]):
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
+        self._max = max_sessions
+        self._close = close
+        self._held: collections.OrderedDict[str, Held] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def take(self, session_id: str | None, key: tuple, turns: tuple[Turn, ...]) -> Any | None:
+        """Remove and return the session's conversation if it matches `key` and `turns` exactly;
+        otherwise close whatever the session held and return None (the caller rebuilds)."""
+        if not session_id:
+            return None
+        held = self._held.pop(session_id, None)
+        if held is None:
+            return None
+        if held.key == key and held.turns == turns:
+            return held.conversation
+        self._close(held.conversation)
+        return None
+
+    def put(self, session_id: str | None, conversation: Any, key: tuple, turns: tuple[Turn, ...]) -> None:
+        """Keep `conversation` for the session (most recently used); close it if there is no session."""
+        if not session_id:
+            self._close(conversation)
+            return
+        old = self._held.pop(session_id, None)
+        if old is not None and old.conversation is not conversation:
+            self._close(old.conversation)
+        self._held[session_id] = Held(conversation, key, turns)
+        while len(self._held) > self._max:
+            _, evicted = self._held.popitem(last=False)
+            self._close(evicted.conversation)
+
+    def drop(self, session_id: str) -> None:
+        held = self._held.pop(session_id, None)
+        if held is not None:
+            self._close(held.conversation)
+
+    def clear(self) -> None:
+        while self._held:
+            _, held = self._held.popitem()
+            self._close(held.conversation)

@@ -1,0 +1,87 @@
+"""The instruction-tuned offline model (SmolLM2-135M-Instruct from the package index) answers simple
+factual questions, and a reused conversation answers exactly like one rebuilt from the history.
+
+The model comes from SOTTO_LLM_INSTRUCT_MODEL, or the kit's default output folder; if it is missing
+it is built with the offline kit, whose Python (with torch and litert-torch) is SOTTO_LLM_KIT_PYTHON
+or the worktree's .venv-models (`pip install -r tools/models/requirements-llm.txt`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.llm.conversations import Turn
+from services.llm.engine import EngineConfig, FinishReason, GenerateRequest, LlmEngine, Sampling
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT_OUT = Path.home() / ".cache" / "sotto" / "models" / "offline"
+MODEL_NAME = "smollm2-135m-instruct.litertlm"
+
+QUESTIONS = [
+    ("What is the capital of France?", r"\bparis\b"),
+    ("What is the capital of Japan?", r"\btokyo\b"),
+    ("What is the opposite of hot?", r"\bcold\b"),
+    ("How many days are in a week?", r"\b(7|seven)\b"),
+    ("What is 2 plus 2?", r"\b(4|four)\b"),
+]
+
+
+def _kit_python() -> str:
+    explicit = os.environ.get("SOTTO_LLM_KIT_PYTHON")
+    if explicit:
+        return explicit
+    local = ROOT / ".venv-models" / "bin" / "python"
+    return str(local) if local.exists() else sys.executable
+
+
+@pytest.fixture(scope="module")
+def instruct_engine(tmp_path_factory):
+    explicit = os.environ.get("SOTTO_LLM_INSTRUCT_MODEL")
+    model = Path(explicit) if explicit else KIT_OUT / MODEL_NAME
+    if not model.exists():
+        python = _kit_python()
+        build = subprocess.run(
+            [python, "-m", "tools.models.llm_kit", "--out", str(model.parent), "--which", "instruct"],
+            cwd=ROOT, capture_output=True, text=True, timeout=1800,
+        )
+        if build.returncode != 0:
+            pytest.fail(
+                f"building the instruct model with {python} failed; install the kit with "
+                f"`pip install -r tools/models/requirements-llm.txt` (torch==2.13.0 first) into a venv and set "
+                f"SOTTO_LLM_KIT_PYTHON to its python:\n{build.stderr[-2000:]}"
+            )
+    engine = LlmEngine(EngineConfig(model_path=str(model), cache_dir=str(tmp_path_factory.mktemp("cache"))))
+    yield engine
+    engine.close()
+
+
+def test_answers_simple_factual_questions(instruct_engine):
+    assert not instruct_engine.info.audio and not instruct_engine.info.vision
+    answers = []
+    for question, expected in QUESTIONS:
+        *_, done = instruct_engine.generate(GenerateRequest(text=question, sampling=Sampling.greedy(25)))
+        answers.append((question, done.text, bool(re.search(expected, done.text.lower()))))
+    right = sum(ok for *_, ok in answers)
+    assert right >= 3, answers
+
+
+def test_reused_conversation_answers_like_a_rebuilt_one(instruct_engine):
+    first = GenerateRequest(text="What is the capital of France?", sampling=Sampling.greedy(25), session_id="a")
+    *_, done = instruct_engine.generate(first)
+    assert done.finish_reason is FinishReason.STOP, done
+    history = (Turn("user", first.text), Turn("assistant", done.text))
+    follow = dict(text="And of Italy?", history=history, sampling=Sampling.greedy(25))
+    *_, reused = instruct_engine.generate(GenerateRequest(session_id="a", **follow))
+    *_, rebuilt = instruct_engine.generate(GenerateRequest(session_id="b", **follow))
+    assert reused.reused_conversation and not rebuilt.reused_conversation
+    assert reused.context_tokens == rebuilt.context_tokens
+    assert reused.text == rebuilt.text
+    assert "rome" in reused.text.lower()

@@ -1,0 +1,178 @@
+"""The llm gRPC service end to end: a real grpc.aio server on a free port, the real engine on the tiny
+multimodal fixture, and the stub a gateway would use. Plus the service as its own process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.llm.admission import Admission
+from services.llm.server import LlmServicer, SamplingDefaults
+from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
+from tests.helpers import free_port
+from tests.llm.conftest import TINY_MM, image_bytes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def admission():
+    return Admission(max_admitted=2)
+
+
+@pytest.fixture
+async def stub(tiny_engine, admission):
+    server = grpc.aio.server()
+    servicer = LlmServicer(tiny_engine, admission, SamplingDefaults())
+    llm_pb2_grpc.add_LlmServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield llm_pb2_grpc.LlmServiceStub(channel)
+    await server.stop(0)
+    if servicer._draining:  # the engine is shared by the session: wait for it to be free, keep it open
+        await asyncio.wait(set(servicer._draining))
+    servicer._executor.shutdown(wait=True)
+
+
+def request(text="Hello.", *, max_new_tokens=12, greedy=True, session="", audio=b"", images=(), history=()):
+    sampling = llm_pb2.Sampling(max_new_tokens=max_new_tokens)
+    if greedy:
+        sampling.top_k, sampling.temperature = 1, 0.0
+    return llm_pb2.GenerateRequest(
+        session_id=session,
+        user=llm_pb2.UserContent(text=text, audio_wav=audio, images=[llm_pb2.Image(data=i) for i in images]),
+        sampling=sampling,
+        history=list(history),
+    )
+
+
+async def collect(call) -> tuple[list[str], llm_pb2.GenerateDone]:
+    deltas, done = [], None
+    async for event in call:
+        if event.HasField("text_delta"):
+            deltas.append(event.text_delta)
+        else:
+            done = event.done
+    return deltas, done
+
+
+async def test_model_info(stub):
+    info = await stub.GetModelInfo(llm_pb2.GetModelInfoRequest(), timeout=5)
+    assert info.model == "tiny-gemma4-mm" and info.audio_input and info.image_input
+    assert info.backend == "cpu" and info.context_tokens == 2048 and not info.fallback
+
+
+async def test_generate_streams_audio_image_and_text(stub, speech):
+    wav = speech("What is in this picture?")
+    deltas, done = await collect(stub.Generate(request(audio=wav, images=[image_bytes()]), timeout=10))
+    assert len(deltas) > 1 and done.text == "".join(deltas)
+    assert done.finish_reason in (llm_pb2.STOP, llm_pb2.LENGTH)
+    t = done.timings
+    assert t.prefill_tokens > 150  # the audio's and the image's tokens are in the prompt
+    assert t.decode_tokens > 0 and t.time_to_first_token_ms > 0 and t.total_ms >= t.time_to_first_token_ms
+
+
+async def test_bad_input_is_invalid_argument(stub):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await collect(stub.Generate(request(images=[b"GIF89a..."]), timeout=5))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "JPEG or PNG" in caught.value.details()
+
+
+async def test_history_reuses_the_session(stub):
+    _, first = await collect(stub.Generate(request("question 7", max_new_tokens=40, session="svc"), timeout=10))
+    history = [
+        common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text="question 7"),
+        common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=first.text),
+    ]
+    _, second = await collect(stub.Generate(request("More.", session="svc", history=history), timeout=10))
+    assert second.timings.reused_conversation == (first.finish_reason == llm_pb2.STOP)
+
+
+async def test_third_concurrent_call_is_refused_at_once(stub, admission):
+    long = request("story 0", max_new_tokens=1900)
+    first = stub.Generate(long, timeout=30)
+    await first.read()  # running
+    second = stub.Generate(long, timeout=30)
+    second_reader = asyncio.ensure_future(second.read())  # makes sure the call is sent
+    for _ in range(200):  # until the second is admitted and queued behind it
+        if admission.admitted == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert admission.admitted == 2 and admission.waiting == 1
+    started = time.monotonic()
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await collect(stub.Generate(request(), timeout=5))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "busy" in caught.value.details()
+    assert time.monotonic() - started < 0.2
+    first.cancel()
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second_reader
+
+
+async def test_client_cancel_frees_the_engine_quickly(stub):
+    call = stub.Generate(request("story 0", max_new_tokens=1900), timeout=30)
+    await call.read()
+    await call.read()
+    call.cancel()
+    started = time.monotonic()
+    _, done = await collect(stub.Generate(request("Next."), timeout=10))
+    assert done.timings.decode_tokens > 0
+    assert time.monotonic() - started < 0.5  # not after the 1900 tokens of the cancelled call
+
+
+async def test_deadline_is_deadline_exceeded(stub):
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await collect(stub.Generate(request("story 0", max_new_tokens=1900), timeout=0.2))
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_service_process_serves_health_and_the_cli(tmp_path):
+    """`python -m services.llm.server` loads the model, reports SERVING, answers the CLI client."""
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "SOTTO_LLM_MODEL": str(TINY_MM), "SOTTO_LLM_PORT": str(port),
+           "SOTTO_LLM_METRICS_PORT": str(metrics_port), "SOTTO_MODEL_DIR": str(tmp_path), "SOTTO_OFFLINE": "true"}
+    proc = subprocess.Popen([sys.executable, "-m", "services.llm.server"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 60
+            status = None
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    status = health.Check(health_pb2.HealthCheckRequest(service="sotto.v1.LlmService"), timeout=1).status
+                except grpc.RpcError:
+                    status = None
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+                time.sleep(0.2)
+            assert status == health_pb2.HealthCheckResponse.SERVING, proc.stdout.read() if proc.poll() is not None else ""
+        cli = subprocess.run(
+            [sys.executable, "-m", "services.llm.client", "Hello there", "--image", str(_write_image(tmp_path)),
+             "--max-new-tokens", "8", "--addr", f"127.0.0.1:{port}", "--timeout", "20"],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )
+        assert cli.returncode == 0, cli.stderr
+        assert re.search(r"^\[(stop|length)\] .*prefill \d{3} tokens.*decode [1-8] tokens", cli.stderr), cli.stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def _write_image(folder: Path) -> Path:
+    path = folder / "cam.jpg"
+    path.write_bytes(image_bytes("JPEG"))
+    return path
