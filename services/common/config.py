@@ -1,0 +1,245 @@
+"""Every `SOTTO_*` setting, in one place, validated once at start-up.
+
+Each service reads only its own section (plus the shared one). A bad value stops start-up with a message
+naming the variable, the value and what is accepted, instead of failing later in a confusing way.
+`python -m services.common.config` prints the README's settings table from the definitions below, so the
+documentation cannot drift from the code (a test compares them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+
+class ConfigError(ValueError):
+    """One or more `SOTTO_*` variables hold values the service cannot use."""
+
+
+def setting(env: str, default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
+            choices: tuple[str, ...] | None = None) -> Any:
+    """Declare a dataclass field bound to an environment variable, with its accepted range or choices."""
+    meta = {"env": env, "doc": doc, "lo": lo, "hi": hi, "choices": choices}
+    return field(default=default, metadata=meta)
+
+
+def _accepted(f: dataclasses.Field) -> str:
+    m = f.metadata
+    if m["choices"]:
+        return "one of " + ", ".join(m["choices"])
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "text", Path: "a path"}.get(
+        _base_type(f), "a value")
+    if m["lo"] is not None and m["hi"] is not None:
+        return f"{kind} from {m['lo']} to {m['hi']}"
+    if m["lo"] is not None:
+        return f"{kind} >= {m['lo']}"
+    return kind
+
+
+def _base_type(f: dataclasses.Field) -> type:
+    t = f.type if isinstance(f.type, str) else f.type.__name__
+    t = t.replace(" | None", "").strip()
+    return {"bool": bool, "int": int, "float": float, "str": str, "Path": Path}[t]
+
+
+def _parse(f: dataclasses.Field, raw: str) -> Any:
+    typ = _base_type(f)
+    if typ is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError
+    if typ is Path:
+        return Path(os.path.expanduser(raw)) if raw else None
+    value = typ(raw.strip()) if typ is not str else raw
+    m = f.metadata
+    if m["choices"] and value not in m["choices"]:
+        raise ValueError
+    if m["lo"] is not None and value < m["lo"]:
+        raise ValueError
+    if m["hi"] is not None and value > m["hi"]:
+        raise ValueError
+    return value
+
+
+T = TypeVar("T")
+
+
+def load(cls: type[T], environ: Mapping[str, str] | None = None) -> T:
+    """Build `cls` from the environment; collect every bad value into one ConfigError."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for f in dataclasses.fields(cls):
+        env = f.metadata.get("env")
+        if env is None:
+            continue
+        if env in environ:
+            raw = environ[env]
+            try:
+                values[f.name] = _parse(f, raw)
+            except (ValueError, TypeError):
+                problems.append(f"{env}={raw!r} is not valid: expected {_accepted(f)}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return cls(**values)
+
+
+def _home_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "sotto"
+
+
+@dataclass(frozen=True)
+class CommonConfig:
+    host: str = setting("SOTTO_HOST", "127.0.0.1", "Address every server binds (gRPC, metrics, gateway).")
+    log_level: str = setting("SOTTO_LOG_LEVEL", "INFO", "Log level.",
+                             choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    log_content: bool = setting("SOTTO_LOG_CONTENT", False,
+                                "Allow prompts, transcripts and answers in logs (off: only sizes and timings).")
+    model_dir: Path = setting("SOTTO_MODEL_DIR", _home_cache() / "models",
+                              "Cache of downloaded and offline-built models.")
+    offline: bool = setting("SOTTO_OFFLINE", False, "Never try to download models; use explicit paths or the cache.")
+    hf_endpoint: str = setting("SOTTO_HF_ENDPOINT", "", "Model hub endpoint (empty: huggingface_hub's default).")
+    memory_budget: float = setting("SOTTO_MEMORY_BUDGET", 0.65,
+                                   "Fraction of (unified) memory the models may use.", lo=0.05, hi=0.95)
+    grpc_max_message_bytes: int = setting("SOTTO_GRPC_MAX_MESSAGE_BYTES", 16 * 1024 * 1024,
+                                          "Largest gRPC message accepted or sent.", lo=1024, hi=256 * 1024 * 1024)
+    shutdown_grace_s: float = setting("SOTTO_SHUTDOWN_GRACE_S", 3.0,
+                                      "Grace period for in-flight calls on SIGTERM/SIGINT.", lo=0.0, hi=4.5)
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    port: int = setting("SOTTO_VAD_PORT", 50051, "vad gRPC port.", lo=1, hi=65535)
+    metrics_port: int = setting("SOTTO_VAD_METRICS_PORT", 9101, "vad Prometheus port.", lo=1, hi=65535)
+    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: the one in the silero-vad package).")
+    threshold: float = setting("SOTTO_VAD_THRESHOLD", 0.5, "Speech probability that starts speech.", lo=0.05, hi=0.95)
+    min_speech_ms: int = setting("SOTTO_VAD_MIN_SPEECH_MS", 300, "Shorter speech never starts a turn.", lo=0, hi=5000)
+    min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
+    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments.", lo=0, hi=1000)
+    max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    port: int = setting("SOTTO_LLM_PORT", 50052, "llm gRPC port.", lo=1, hi=65535)
+    metrics_port: int = setting("SOTTO_LLM_METRICS_PORT", 9102, "llm Prometheus port.", lo=1, hi=65535)
+    model: Path | None = setting("SOTTO_LLM_MODEL", None, "Explicit .litertlm file (wins over cache and download).")
+    hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm", "Hub repo of the default model.")
+    hf_file: str = setting("SOTTO_LLM_HF_FILE", "gemma-4-E2B-it.litertlm", "File of the default model in that repo.")
+    backend: str = setting("SOTTO_LLM_BACKEND", "auto", "Main backend (auto: gpu on macOS arm64, else cpu).",
+                           choices=("auto", "cpu", "gpu"))
+    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend.",
+                                  choices=("auto", "cpu", "gpu"))
+    audio_backend: str = setting("SOTTO_LLM_AUDIO_BACKEND", "cpu", "Audio encoder backend (CPU-only by design).",
+                                 choices=("cpu",))
+    threads: int = setting("SOTTO_LLM_THREADS", 0, "CPU threads (0: all cores).", lo=0, hi=256)
+    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).", lo=256, hi=131072)
+    max_new_tokens: int = setting("SOTTO_LLM_MAX_NEW_TOKENS", 25, "Default reply length cap.", lo=1, hi=8192)
+    temperature: float = setting("SOTTO_LLM_TEMPERATURE", 0.7, "Default sampling temperature.", lo=0.0, hi=2.0)
+    top_p: float = setting("SOTTO_LLM_TOP_P", 0.9, "Default nucleus sampling mass.", lo=0.0, hi=1.0)
+    top_k: int = setting("SOTTO_LLM_TOP_K", 40, "Default top-k (always set: unset means greedy in LiteRT-LM).",
+                         lo=1, hi=1000)
+    max_concurrent: int = setting("SOTTO_LLM_MAX_CONCURRENT", 2,
+                                  "Requests admitted at once (running or queued); more get 'busy'.", lo=1, hi=64)
+    max_inference_s: float = setting("SOTTO_LLM_MAX_INFERENCE_S", 5.0,
+                                     "Generation time limit; past it the reply ends as 'degraded'.", lo=0.1, hi=600)
+    fallback_model: Path | None = setting("SOTTO_LLM_FALLBACK_MODEL", None,
+                                          "Smaller model used for later turns after a degraded one.")
+    max_audio_s: float = setting("SOTTO_LLM_MAX_AUDIO_S", 30.0, "Longest accepted utterance.", lo=0.5, hi=300)
+    max_images: int = setting("SOTTO_LLM_MAX_IMAGES", 4, "Images accepted per request.", lo=0, hi=32)
+    max_image_bytes: int = setting("SOTTO_LLM_MAX_IMAGE_BYTES", 4 * 1024 * 1024, "Largest accepted image file.",
+                                   lo=1024, hi=64 * 1024 * 1024)
+    max_image_pixels: int = setting("SOTTO_LLM_MAX_IMAGE_PIXELS", 4096 * 4096,
+                                    "Largest accepted image (width*height; blocks decompression bombs).",
+                                    lo=1024, hi=100_000_000)
+    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.", lo=1, hi=1024)
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    port: int = setting("SOTTO_TTS_PORT", 50053, "tts gRPC port.", lo=1, hi=65535)
+    metrics_port: int = setting("SOTTO_TTS_METRICS_PORT", 9103, "tts Prometheus port.", lo=1, hi=65535)
+    engine: str = setting("SOTTO_TTS_ENGINE", "auto", "Kokoro runtime (auto: mlx on macOS arm64, else onnx).",
+                          choices=("auto", "onnx", "mlx"))
+    model: Path | None = setting("SOTTO_TTS_MODEL", None, "Explicit Kokoro model folder (wins over cache and download).")
+    voice: str = setting("SOTTO_TTS_VOICE", "af_heart", "Default voice.")
+    language: str = setting("SOTTO_TTS_LANGUAGE", "en-us", "Default language.")
+    speed: float = setting("SOTTO_TTS_SPEED", 1.0, "Default speaking rate.", lo=0.5, hi=2.0)
+    max_text_chars: int = setting("SOTTO_TTS_MAX_TEXT_CHARS", 4000, "Longest accepted text per call.", lo=1, hi=100000)
+    chunk_samples: int = setting("SOTTO_TTS_CHUNK_SAMPLES", 2048, "Samples per audio chunk.", lo=256, hi=48000)
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    port: int = setting("SOTTO_GATEWAY_PORT", 8000, "Gateway HTTP/WebSocket port.", lo=1, hi=65535)
+    vad_addr: str = setting("SOTTO_VAD_ADDR", "", "vad service address (empty: SOTTO_HOST:SOTTO_VAD_PORT).")
+    llm_addr: str = setting("SOTTO_LLM_ADDR", "", "llm service address (empty: SOTTO_HOST:SOTTO_LLM_PORT).")
+    tts_addr: str = setting("SOTTO_TTS_ADDR", "", "tts service address (empty: SOTTO_HOST:SOTTO_TTS_PORT).")
+    request_timeout_ms: int = setting("SOTTO_REQUEST_TIMEOUT_MS", 2000,
+                                      "Deadline for each stage's first response and for stalled input.",
+                                      lo=50, hi=600000)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All sections, for tools (runner, docs) that need the whole picture."""
+
+    common: CommonConfig
+    vad: VadConfig
+    llm: LlmConfig
+    tts: TtsConfig
+    gateway: GatewayConfig
+
+
+SECTIONS: dict[str, type] = {"common": CommonConfig, "vad": VadConfig, "llm": LlmConfig, "tts": TtsConfig,
+                             "gateway": GatewayConfig}
+
+
+def load_all(environ: Mapping[str, str] | None = None) -> Settings:
+    problems: list[str] = []
+    loaded: dict[str, Any] = {}
+    for name, cls in SECTIONS.items():
+        try:
+            loaded[name] = load(cls, environ)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return Settings(**loaded)
+
+
+def grpc_address(explicit: str, host: str, port: int) -> str:
+    return explicit or f"{host}:{port}"
+
+
+def markdown_table() -> str:
+    rows = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
+    for cls in SECTIONS.values():
+        for f in dataclasses.fields(cls):
+            default = f.default
+            if isinstance(default, Path):
+                default = str(default).replace(str(Path.home()), "~")
+            shown = "(unset)" if default in (None, "") else f"`{default}`"
+            rows.append(f"| `{f.metadata['env']}` | {shown} | {_accepted(f)} | {f.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+def exit_on_error(loader: Callable[[], T]) -> T:
+    """Run a config loader; on a bad value print the reason and exit with status 2 (no traceback)."""
+    try:
+        return loader()
+    except ConfigError as exc:
+        print(f"sotto: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    print(markdown_table())

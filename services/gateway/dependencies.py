@@ -1,0 +1,74 @@
+"""The gateway's view of the three model services: one gRPC channel each and their live health.
+
+A background task per service polls the standard gRPC health service, so `/healthz` answers from memory and
+sessions can be told when a service goes down or comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+
+PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService"}
+POLL_S = 1.0
+
+
+class Dependencies:
+    """Channels to vad, llm and tts, with their health kept current."""
+
+    def __init__(self, addresses: dict[str, str], max_message_bytes: int) -> None:
+        self._options = [("grpc.max_receive_message_length", max_message_bytes),
+                         ("grpc.max_send_message_length", max_message_bytes)]
+        self.addresses = addresses
+        self.channels: dict[str, grpc.aio.Channel] = {}
+        self.status = {name: "UNKNOWN" for name in addresses}
+        self.listeners: list[Callable[[str, str], None]] = []
+        self._tasks: list[asyncio.Task] = []
+
+    def all_serving(self) -> bool:
+        return all(s == "SERVING" for s in self.status.values())
+
+    async def _watch(self, name: str) -> None:
+        stub = health_pb2_grpc.HealthStub(self.channels[name])
+        request = health_pb2.HealthCheckRequest(service=PROTO_NAMES[name])
+        while True:
+            try:
+                reply = await stub.Check(request, timeout=POLL_S)
+                status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+            except grpc.aio.AioRpcError:
+                status = "DOWN"
+            if status != self.status[name]:
+                _LOGGER.info("dependency_health", extra={"dependency": name, "status": status,
+                                                         "previous": self.status[name]})
+                self.status[name] = status
+                for listener in list(self.listeners):
+                    listener(name, status)
+            await asyncio.sleep(POLL_S)
+
+    async def start(self) -> None:
+        """Open the channels inside the running loop (grpc.aio channels belong to the loop that made them)."""
+        self.channels = {name: grpc.aio.insecure_channel(addr, options=self._options)
+                         for name, addr in self.addresses.items()}
+        self._tasks = [asyncio.create_task(self._watch(n), name=f"health::{n}") for n in self.channels]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for channel in self.channels.values():
+            await channel.close()
+
+
+async def dependencies_ctx(deps: Dependencies) -> AsyncIterator[None]:
+    await deps.start()
+    yield
+    await deps.close()
