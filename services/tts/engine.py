@@ -97,7 +97,7 @@ class _KokoroBase:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 max_chars: int = 4000, first_max_chars: int = 48,
+                 max_chars: int = 4000, first_max_chars: int = 48, chunk_samples: int = CHUNK_SAMPLES,
                  sentence_pause: float = 0.25, clause_pause: float = 0.1) -> None:
         self._voice_names = sorted(voice_names)
         self._tokenizer = tokenizer
@@ -105,6 +105,7 @@ class _KokoroBase:
                                                else self._voice_names[0])
         self.max_chars = max_chars
         self.first_max_chars = first_max_chars
+        self.chunk_samples = chunk_samples
         self._sentence_pause, self._clause_pause = sentence_pause, clause_pause
 
     def voices(self) -> list[str]:
@@ -172,7 +173,7 @@ class _KokoroBase:
             silence = b"\0\0" * _pause_before(previous, self._sentence_pause, self._clause_pause)
             pcm = silence + pcm
             previous = sentence
-            step = CHUNK_SAMPLES * 2
+            step = self.chunk_samples * 2
             for start in range(0, len(pcm), step):
                 if cancel.is_set():
                     return
@@ -247,6 +248,15 @@ class KokoroOnnx(_KokoroBase):
         self._kokoro = Kokoro.from_session(self._session, str(voices_path))
         super().__init__(list(self._kokoro.voices.keys()), self._kokoro.tokenizer, **options)
 
+    @classmethod
+    def from_folder(cls, folder: str | Path, **options) -> KokoroOnnx:
+        """A folder holding one ``kokoro-*.onnx`` and one ``voices-*.bin`` (release or kit names)."""
+        folder = Path(folder)
+        models, voices = sorted(folder.glob("kokoro-*.onnx")), sorted(folder.glob("voices*.bin"))
+        if not (models and voices):
+            raise FileNotFoundError(f"{folder} needs a kokoro-*.onnx and a voices-*.bin file")
+        return cls(models[0], voices[0], **options)
+
     def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
         done = threading.Event()
         watcher = _watch(cancel, done, self._session.abort)
@@ -310,17 +320,12 @@ class KokoroMlx(_KokoroBase):
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
-def create_engine(backend: str | None, *, onnx_model: str | Path | None = None,
-                  onnx_voices: str | Path | None = None, mlx_dir: str | Path | None = None,
-                  memory_fraction: float = 0.65, **options) -> _KokoroBase:
-    """Build the configured backend ('onnx' or 'mlx'; None picks the platform default)."""
-    backend = backend or default_backend()
+def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65,
+                  **options) -> _KokoroBase:
+    """Build the configured backend ('onnx', 'mlx'; None or 'auto' picks the platform default)."""
+    backend = default_backend() if backend in (None, "auto") else backend
     if backend == "onnx":
-        if not (onnx_model and onnx_voices):
-            raise ValueError("the onnx backend needs onnx_model and onnx_voices paths")
-        return KokoroOnnx(onnx_model, onnx_voices, **options)
+        return KokoroOnnx.from_folder(folder, **options)
     if backend == "mlx":
-        if not mlx_dir:
-            raise ValueError("the mlx backend needs mlx_dir")
-        return KokoroMlx(mlx_dir, memory_fraction=memory_fraction, **options)
+        return KokoroMlx(folder, memory_fraction=memory_fraction, **options)
     raise ValueError(f"unknown TTS backend {backend!r}; use 'onnx' or 'mlx'")

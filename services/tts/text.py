@@ -22,6 +22,8 @@ import pysbd
 from num2words import num2words
 
 _FENCE = "```"
+# pysbd misses a stop inside a closing bracket: "It is big (really big.) Fine."
+_BRACKET_END = re.compile(r"(?<=[.!?][)\]])\s+(?=[\"“(\[]?[A-Z0-9])")
 _CLAUSE = re.compile(r"[,;:](?=\s)|\s[—–-]{1,2}(?=\s)")
 
 
@@ -92,9 +94,13 @@ class SentenceSplitter:
             if complete:
                 self._consume(len(text))
             return []
-        spans = [(s.start, s.end) for s in self._segmenter.segment(text)]
+        spans = [span for s in self._segmenter.segment(text) for span in _split_brackets(text, s.start, s.end)]
         if not complete:
-            spans = spans[:-1]  # the last one may still grow
+            # The last span may still grow; and until the next sentence has a letter or digit,
+            # "much." may become "much..." and "Stop!" may get its closing quote.
+            if re.search(r"\w", text[spans[-1][0]:]) is None:
+                return []
+            spans = spans[:-1]
         out: list[Sentence] = []
         consumed = 0
         for start, end in spans:
@@ -134,6 +140,12 @@ class SentenceSplitter:
                             self._base + start + lead + len(body))
         self._count += 1
         return [sentence]
+
+
+def _split_brackets(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    cuts = [m.end() for m in _BRACKET_END.finditer(text, start, end)]
+    bounds = [start, *cuts, end]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 def split_sentences(text: str, first_max_chars: int = 48) -> list[Sentence]:

@@ -16,7 +16,7 @@ Japanese voices as an ``.npz`` (the format kokoro-onnx loads). The kit writes:
 It is idempotent (a complete kit is left alone unless ``--force``) and every file is written to
 a temporary name and renamed into place, so an interrupted build never leaves a half file.
 
-The ONLINE_* constants name what a machine with a hub connection downloads instead.
+What a machine with a hub connection downloads instead is named in ``services.tts.models``.
 """
 
 from __future__ import annotations
@@ -37,15 +37,8 @@ import numpy as np
 
 KIT_VERSION = 1
 
-# What each engine downloads when a model hub is reachable (resolved by the shared model cache).
-ONLINE_DEFAULT_VOICE = "af_heart"
-ONLINE_ONNX_REPO = "fastrtc/kokoro-onnx"  # mirrors the kokoro-onnx v1.0 release files
-ONLINE_ONNX_MODEL = "kokoro-v1.0.onnx"
-ONLINE_ONNX_VOICES = "voices-v1.0.bin"
-ONLINE_ONNX_FILES = (ONLINE_ONNX_MODEL, ONLINE_ONNX_VOICES)
-# hexgrad/Kokoro-82M ships .pth/.pt (torch pickles); kokoro-mlx reads this safetensors copy of it.
-ONLINE_MLX_REPO = "mlx-community/Kokoro-82M-bf16"
-ONLINE_MLX_FILES = ("config.json", "kokoro-v1_0.safetensors", f"voices/{ONLINE_DEFAULT_VOICE}.safetensors")
+# What each engine downloads instead when a model hub is reachable lives with the service:
+# services.tts.models (ONNX_HUB_REPO/ONNX_HUB_FILES, MLX_HUB_REPO/MLX_HUB_FILES, DEFAULT_VOICE).
 
 # What the offline kit provides.
 OFFLINE_VOICES = ("jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo")
