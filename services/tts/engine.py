@@ -16,6 +16,7 @@ backend also aborts a model run in progress, so a barge-in frees the engine with
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import sys
@@ -35,6 +36,8 @@ LANGUAGES = ("en-us", "en-gb")
 SPEED_RANGE = (0.5, 2.0)
 _MAX_PHONEMES = 510  # the model's context, less the two pad tokens
 _NEVER = threading.Event()
+# phonemizer warns "words count mismatch" on every call when punctuation is kept, as Kokoro needs.
+logging.getLogger("phonemizer").setLevel(logging.ERROR)
 
 
 class InvalidInput(ValueError):
@@ -51,6 +54,7 @@ class AudioChunk:
     text_end: int
     sample_offset: int  # first sample's position in the whole synthesis
     last_in_sentence: bool
+    sentence_text: str = ""
 
     @property
     def samples(self) -> int:
@@ -97,12 +101,14 @@ class _KokoroBase:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 max_chars: int = 4000, first_max_chars: int = 48, chunk_samples: int = CHUNK_SAMPLES,
-                 sentence_pause: float = 0.25, clause_pause: float = 0.1) -> None:
+                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 48,
+                 chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
+                 clause_pause: float = 0.1) -> None:
         self._voice_names = sorted(voice_names)
         self._tokenizer = tokenizer
         self.default_voice = default_voice or ("af_heart" if "af_heart" in self._voice_names
                                                else self._voice_names[0])
+        self.default_language = default_language
         self.max_chars = max_chars
         self.first_max_chars = first_max_chars
         self.chunk_samples = chunk_samples
@@ -124,7 +130,7 @@ class _KokoroBase:
             raise InvalidInput(f"unknown voice {voice!r}; available voices: {', '.join(self._voice_names)}")
         if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
             raise InvalidInput(f"speed {speed} is out of range; use {SPEED_RANGE[0]} to {SPEED_RANGE[1]}")
-        lang = lang or ("en-gb" if voice.startswith("b") else "en-us")
+        lang = lang or ("en-gb" if voice.startswith("b") else self.default_language)
         if lang not in LANGUAGES:
             raise InvalidInput(f"unsupported language {lang!r}; use one of {', '.join(LANGUAGES)}")
         return voice, lang
@@ -179,7 +185,7 @@ class _KokoroBase:
                     return
                 piece = pcm[start:start + step]
                 yield AudioChunk(piece, sentence.index, sentence.start, sentence.end,
-                                 offset, start + step >= len(pcm))
+                                 offset, start + step >= len(pcm), sentence.text)
                 offset += len(piece) // 2
 
     def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
