@@ -30,16 +30,21 @@ TARGET_FIRST_CHUNK_S = 0.5
 TARGET_RTF = 0.5
 
 
-def measure(engine, text: str, voice: str) -> tuple[float, float, float]:
-    """(seconds to first chunk, total seconds, audio seconds) for one synthesis."""
-    started = time.perf_counter()
-    first = None
+def measure(engine, text: str, voice: str) -> tuple[float, float, float, float, float]:
+    """(first chunk s, total s, audio s, CPU s to first chunk, CPU s total) for one synthesis.
+
+    CPU seconds (all threads of this process) say what the work costs when other processes
+    compete for the cores and wall time says little.
+    """
+    started, cpu_started = time.perf_counter(), time.process_time()
+    first = cpu_first = None
     samples = 0
     for chunk in engine.synthesize(text, voice):
         if first is None:
-            first = time.perf_counter() - started
+            first, cpu_first = time.perf_counter() - started, time.process_time() - cpu_started
         samples += chunk.samples
-    return first or 0.0, time.perf_counter() - started, samples / SAMPLE_RATE
+    return (first or 0.0, time.perf_counter() - started, samples / SAMPLE_RATE, cpu_first or 0.0,
+            time.process_time() - cpu_started)
 
 
 def bench(engine, voice: str, names: list[str], repeat: int) -> list[dict]:
@@ -49,8 +54,11 @@ def bench(engine, voice: str, names: list[str], repeat: int) -> list[dict]:
         first = statistics.median(r[0] for r in runs)
         total = statistics.median(r[1] for r in runs)
         audio = runs[0][2]
+        cpu_first = statistics.median(r[3] for r in runs)
+        cpu_total = statistics.median(r[4] for r in runs)
         rows.append({"engine": engine.name, "answer": name, "chars": len(ANSWERS[name]),
-                     "first_chunk_s": first, "total_s": total, "audio_s": audio, "rtf": total / audio})
+                     "first_chunk_s": first, "total_s": total, "audio_s": audio, "rtf": total / audio,
+                     "cpu_first_s": cpu_first, "cpu_rtf": cpu_total / audio})
     return rows
 
 
@@ -79,11 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{engine.name}: load {loaded:.2f} s, warm-up {time.perf_counter() - started - loaded:.2f} s")
         rows += bench(engine, args.voice, answers, 1 if name == "mlx" else args.repeat)
 
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (wall times need an idle machine)")
     print(f"{'engine':<12} {'answer':<7} {'chars':>5} {'first chunk s':>13} {'total s':>8} "
-          f"{'audio s':>8} {'RTF':>6}")
+          f"{'audio s':>8} {'RTF':>6} {'CPU first s':>11} {'CPU RTF':>8}")
     for r in rows:
         print(f"{r['engine']:<12} {r['answer']:<7} {r['chars']:>5} {r['first_chunk_s']:>13.3f} "
-              f"{r['total_s']:>8.2f} {r['audio_s']:>8.2f} {r['rtf']:>6.2f}")
+              f"{r['total_s']:>8.2f} {r['audio_s']:>8.2f} {r['rtf']:>6.2f} {r['cpu_first_s']:>11.3f} "
+              f"{r['cpu_rtf']:>8.2f}")
     onnx = [r for r in rows if r["engine"] == "kokoro-onnx"]
     if onnx:
         short = next(r for r in onnx if r["answer"] == "short")

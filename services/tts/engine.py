@@ -101,7 +101,7 @@ class _KokoroBase:
     sample_rate = SAMPLE_RATE
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 48,
+                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 24,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
                  clause_pause: float = 0.1) -> None:
         self._voice_names = sorted(voice_names)

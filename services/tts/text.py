@@ -44,7 +44,7 @@ class SentenceSplitter:
     (``, ; : —``) that leaves at least ``min_clause_chars`` before it. 0 turns that off.
     """
 
-    def __init__(self, first_max_chars: int = 48, min_clause_chars: int = 12) -> None:
+    def __init__(self, first_max_chars: int = 24, min_clause_chars: int = 4) -> None:
         self._segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
         self._first_max = first_max_chars
         self._min_clause = min_clause_chars
@@ -148,7 +148,7 @@ def _split_brackets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def split_sentences(text: str, first_max_chars: int = 48) -> list[Sentence]:
+def split_sentences(text: str, first_max_chars: int = 24) -> list[Sentence]:
     """All sentences of a complete text."""
     splitter = SentenceSplitter(first_max_chars=first_max_chars)
     return splitter.push(text) + splitter.close()

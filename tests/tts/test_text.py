@@ -64,8 +64,8 @@ def test_a_sentence_is_emitted_as_soon_as_the_next_one_starts():
 
 def test_long_first_sentence_is_cut_at_a_clause_boundary():
     text = "Sure, that is a good question about the history of Rome; it is long. Second one, kept whole."
-    assert texts(text, first_max_chars=30) == [
-        "Sure, that is a good question about the history of Rome;", "it is long.", "Second one, kept whole."]
+    assert texts(text, first_max_chars=30) == ["Sure,", "that is a good question about the history of Rome; it is long.",
+                                               "Second one, kept whole."]
     assert texts(text, first_max_chars=0)[0] == "Sure, that is a good question about the history of Rome; it is long."
 
 
@@ -78,6 +78,12 @@ def test_first_clause_is_spoken_before_the_first_sentence_ends():
     assert [s.text for s in rest] == ["as far as I can tell, is yes.",
                                       "Later, longer sentences are never cut, even long ones like this."]
     assert [s.index for s in first + rest] == [0, 1, 2]
+
+
+def test_the_clause_must_be_long_enough_to_stand_alone():
+    splitter = SentenceSplitter(first_max_chars=10, min_clause_chars=12)
+    got = splitter.push("Sure, that is a good question about Rome; it is long.") + splitter.close()
+    assert [s.text for s in got] == ["Sure, that is a good question about Rome;", "it is long."]
 
 
 def test_short_first_sentence_is_not_cut():
