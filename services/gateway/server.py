@@ -1,21 +1,30 @@
 """The gateway: serves the page, `/ws`, `/healthz` and `/metrics`, and fans turns out to the model services.
 
-Foundation stage: health and metrics are real; the WebSocket turn pipeline arrives with the gateway issue.
+It knows the model services only through the sotto.v1 contracts; it knows nothing of LiteRT-LM or Kokoro.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
+import weakref
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common import config, logs
-from services.gateway.dependencies import Dependencies, dependencies_ctx
+from services.gateway.dependencies import Dependencies
+from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
+from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
-
-DEPS = web.AppKey("deps", Dependencies)
+STATIC = Path(__file__).parent / "static"
+INFO_TIMEOUT_S = 2.0
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -29,29 +38,100 @@ async def metrics(_: web.Request) -> web.Response:
     return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def create_app(common: config.CommonConfig, gateway: config.GatewayConfig, vad: config.VadConfig,
-               llm: config.LlmConfig, tts: config.TtsConfig) -> web.Application:
+async def index(_: web.Request) -> web.StreamResponse:
+    page = STATIC / "index.html"
+    if not page.exists():
+        return web.Response(text="Sotto gateway: the browser client is not installed.", status=503)
+    return web.FileResponse(page)
+
+
+async def refresh_model_info(app: web.Application, service: str, status: str) -> None:
+    """What sessions are told in session.ready: the model's modalities and the voices, asked once per start."""
+    if status != "SERVING":
+        return
+    deps, model = app[DEPS], app[MODEL]
+    try:
+        if service == "llm":
+            info = await llm_pb2_grpc.LlmServiceStub(deps.channels["llm"]).GetModelInfo(
+                llm_pb2.GetModelInfoRequest(), timeout=INFO_TIMEOUT_S)
+            model["llm"] = {"name": info.model, "backend": info.backend, "audio_input": info.audio_input,
+                            "image_input": info.image_input, "fallback": info.fallback, "note": info.note}
+        elif service == "tts":
+            voices = await tts_pb2_grpc.TtsServiceStub(deps.channels["tts"]).ListVoices(
+                tts_pb2.ListVoicesRequest(), timeout=INFO_TIMEOUT_S)
+            model["voices"] = [v.name for v in voices.voices]
+            model["default_voice"] = voices.default_voice
+    except grpc.aio.AioRpcError as exc:
+        _LOGGER.warning("model_info_failed", extra={"dependency": service, "code": exc.code().name})
+
+
+async def _dependencies(app: web.Application) -> AsyncIterator[None]:
+    deps = app[DEPS]
+    tasks: set[asyncio.Task] = set()
+
+    def on_change(service: str, status: str) -> None:
+        task = asyncio.create_task(refresh_model_info(app, service, status))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    deps.listeners.append(on_change)
+    await deps.start()
+    yield
+    for session in list(app[SESSIONS]):
+        await session.ws.close(code=1001, message=b"gateway shutting down")
+    await deps.close()
+
+
+def create_app(settings: config.Settings) -> web.Application:
+    common, gw = settings.common, settings.gateway
     app = web.Application()
-    addresses = {
-        "vad": config.grpc_address(gateway.vad_addr, common.host, vad.port),
-        "llm": config.grpc_address(gateway.llm_addr, common.host, llm.port),
-        "tts": config.grpc_address(gateway.tts_addr, common.host, tts.port),
-    }
-    deps = Dependencies(addresses, common.grpc_max_message_bytes)
-    app[DEPS] = deps
-    app.cleanup_ctx.append(lambda _app: dependencies_ctx(deps))
+    app[SETTINGS] = settings
+    app[DEPS] = Dependencies({
+        "vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
+        "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
+        "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port),
+    }, common.grpc_max_message_bytes)
+    app[SESSIONS] = weakref.WeakSet()
+    app[PER_CLIENT] = Counter()
+    app[MODEL] = {}
+    app.cleanup_ctx.append(_dependencies)
+    app.router.add_get("/", index)
+    app.router.add_get("/ws", websocket)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    if STATIC.exists():
+        app.router.add_static("/static/", STATIC)
     return app
+
+
+def check_exposure(settings: config.Settings) -> None:
+    """Binding beyond loopback without a token would let anyone on the network use the microphone's owner's
+    assistant; refuse to start instead."""
+    if not is_loopback(settings.common.host) and not settings.gateway.token:
+        raise config.ConfigError(f"SOTTO_HOST={settings.common.host} is not a loopback address: set "
+                                 "SOTTO_GATEWAY_TOKEN to a secret that clients must send as ?token=")
+
+
+def tls_context(gw: config.GatewayConfig) -> ssl.SSLContext | None:
+    if gw.tls_cert is None and gw.tls_key is None:
+        return None
+    if gw.tls_cert is None or gw.tls_key is None:
+        raise config.ConfigError("SOTTO_GATEWAY_TLS_CERT and SOTTO_GATEWAY_TLS_KEY must be set together")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(gw.tls_cert, gw.tls_key)
+    return context
 
 
 def main() -> None:
     settings = config.exit_on_error(config.load_all)
+    config.exit_on_error(lambda: check_exposure(settings))
+    tls = config.exit_on_error(lambda: tls_context(settings.gateway))
     logs.setup("gateway", settings.common.log_level)
-    app = create_app(settings.common, settings.gateway, settings.vad, settings.llm, settings.tts)
-    _LOGGER.info("listening", extra={"address": f"http://{settings.common.host}:{settings.gateway.port}"})
-    web.run_app(app, host=settings.common.host, port=settings.gateway.port, print=None,
-                shutdown_timeout=settings.common.shutdown_grace_s)
+    app = create_app(settings)
+    scheme = "https" if tls else "http"
+    _LOGGER.info("listening", extra={"address": f"{scheme}://{settings.common.host}:{settings.gateway.port}"})
+    web.run_app(app, host=settings.common.host, port=settings.gateway.port, print=None, ssl_context=tls,
+                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True)
 
 
 if __name__ == "__main__":

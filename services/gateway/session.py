@@ -1,0 +1,303 @@
+"""One WebSocket session: media in, turns out, and the conversation history it owns.
+
+Only the handler task reads the socket (and calls `on_text` / `on_binary`); one writer task owns every send, so
+events never interleave and an interrupted turn's queued audio can be dropped in one place. State changes go
+through `_set_state`, which logs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from enum import Enum
+
+import grpc
+from aiohttp import web
+
+from services.common import audio, config, logs
+from services.gateway import metrics
+from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
+from services.gateway.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError, SessionStart,
+                                       TypedText, event, parse_frame, parse_message)
+from services.gateway.turn import Turn, TurnInput, TurnSettings
+from services.gateway.vad_link import VadLink
+from sotto.v1 import common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+INTERRUPT_WAIT_S = 2.0  # how long a new turn waits for the interrupted one to wind down
+
+
+class State(Enum):
+    LISTENING = "listening"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+
+
+class Session:
+    def __init__(self, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
+                 model: dict) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.ws = ws
+        self.cfg = cfg
+        self.gw = cfg.gateway
+        self.model = model
+        self.llm = llm_pb2_grpc.LlmServiceStub(channels["llm"])
+        self.tts = tts_pb2_grpc.TtsServiceStub(channels["tts"])
+        self.vad_stub = vad_pb2_grpc.VadServiceStub(channels["vad"])
+        self.start: SessionStart | None = None
+        self.state = State.LISTENING
+        self.history: list[common_pb2.Turn] = []
+        self.turn: Turn | None = None
+        self.turn_task: asyncio.Task | None = None
+        self.out: asyncio.Queue[tuple[str | bytes, Turn | None] | None] = asyncio.Queue()
+        self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
+        self.jitter = JitterBuffer(self.gw.jitter_ms)
+        self.tape = AudioTape(16000, self.gw.max_turn_audio_s + self.gw.preroll_ms / 1000 + 2)
+        self.frames: list[CameraFrame] = []
+        self.vad: VadLink | None = None
+        self.speech_start: int | None = None       # tape sample of the open utterance's start
+        self.last_audio_at = 0.0
+        self.turns = 0
+        self._bucket = (float(self.gw.max_messages_per_s), time.monotonic())
+        self._rate_warned = 0.0
+        self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"session-{self.id}::stalls")
+
+    # -- sending ---------------------------------------------------------------------------------------------
+    def send(self, data: str | bytes, turn: Turn | None = None) -> None:
+        self.out.put_nowait((data, turn))
+
+    def error(self, code: str, message: str, turn_id: str = "") -> None:
+        metrics.ERRORS.labels(code).inc()
+        self.send(event("error", code=code, message=message, **({"turn_id": turn_id} if turn_id else {})))
+
+    async def _write(self) -> None:
+        while (item := await self.out.get()) is not None:
+            data, turn = item
+            if turn is not None and turn.interrupted and isinstance(data, bytes):
+                continue  # barge-in: audio of a cut turn is never sent
+            if turn is not None and self.turn is turn and isinstance(data, bytes) and self.state != State.SPEAKING:
+                self._set_state(State.SPEAKING, "first audio")
+            try:
+                if isinstance(data, bytes):
+                    await self.ws.send_bytes(data)
+                else:
+                    await self.ws.send_str(data)
+            except (ConnectionResetError, RuntimeError):
+                return
+
+    def _set_state(self, new: State, reason: str) -> None:
+        if new is not self.state:
+            _LOGGER.info("session_state", extra={"from": self.state.value, "to": new.value, "reason": reason})
+            self.state = new
+
+    # -- input -----------------------------------------------------------------------------------------------
+    def _admit(self) -> bool:
+        """Token bucket over all messages; the excess is dropped, counted and reported at most once a second."""
+        tokens, last = self._bucket
+        now = time.monotonic()
+        rate = float(self.gw.max_messages_per_s)
+        tokens = min(rate, tokens + (now - last) * rate)
+        if tokens < 1:
+            self._bucket = (tokens, now)
+            metrics.DROPPED.labels("rate_limited").inc()
+            if now - self._rate_warned > 1.0:
+                self._rate_warned = now
+                self.error("rate_limited", f"more than {self.gw.max_messages_per_s} messages per second; "
+                                           "the excess is dropped")
+            return False
+        self._bucket = (tokens - 1, now)
+        return True
+
+    async def on_text(self, text: str) -> bool:
+        """Handle one JSON message; returns False when the session must close."""
+        if not self._admit():
+            return True
+        try:
+            msg = parse_message(text, self.gw.max_message_bytes, self.gw.max_text_chars)
+        except ProtocolError as exc:
+            self.error(exc.code, exc.message)
+            return exc.code != "protocol" or self.start is not None
+        if isinstance(msg, SessionStart):
+            if self.start is not None:
+                self.error("bad_message", "session.start was already received")
+                return True
+            self._open(msg)
+            return True
+        if self.start is None:
+            self.error("protocol", "the first message must be session.start")
+            return False
+        if isinstance(msg, TypedText):
+            await self._begin_turn(TurnInput(self._turn_id(), "text", msg.text, b"", 0.0, [], [], time.monotonic()))
+        elif isinstance(msg, Interrupt):
+            if self.turn is not None:
+                self.turn.interrupt(msg.played_samples, "client")
+        elif isinstance(msg, Playback):
+            if self.turn is not None and msg.turn_id in ("", self.turn.inp.turn_id):
+                self.turn.report_playback(msg.played_samples)
+        elif isinstance(msg, AudioEnd):
+            self._flush_utterance()
+        elif isinstance(msg, Ping):
+            self.send(event("pong"))
+        return True
+
+    async def on_binary(self, data: bytes) -> None:
+        if not self._admit():
+            return
+        if self.start is None:
+            self.error("protocol", "send session.start before media")
+            return
+        try:
+            frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
+            if frame.kind == FrameKind.JPEG:
+                thumb = decode_jpeg(frame.payload, self.gw.max_image_pixels)
+                self.frames.append(CameraFrame(frame.ts_ms, frame.payload, thumb))
+                del self.frames[: -self.gw.max_frames_per_turn]
+                return
+        except ProtocolError as exc:
+            self.error(exc.code, exc.message)
+            return
+        before = dict(self.jitter.dropped)
+        for ready in self.jitter.push(frame):
+            self._on_audio(ready.payload, ready.ts_ms)
+        for reason, count in self.jitter.dropped.items():
+            if count > before[reason]:
+                metrics.DROPPED.labels(f"audio_{reason}").inc(count - before[reason])
+
+    def _on_audio(self, pcm: bytes, ts_ms: float) -> None:
+        now = time.monotonic()
+        self.last_audio_at = now
+        start = self.tape.append(pcm, ts_ms, now)
+        if self.speech_start is not None and (self.tape.end - self.speech_start) / 16000 > self.gw.max_turn_audio_s:
+            self.error("too_large", f"the utterance is longer than {self.gw.max_turn_audio_s:g} s; it was dropped")
+            self.speech_start = None
+            asyncio.create_task(self._reset_vad())
+            return
+        assert self.vad is not None
+        self.vad.send(pcm, ts_ms, start)
+
+    def _flush_utterance(self) -> None:
+        """The client's VAD heard the end: feed the silence the server VAD needs to decide the end now."""
+        if self.vad is None or not self.vad.open:
+            return
+        v = self.cfg.vad
+        silence_ms = v.min_silence_ms + v.speech_pad_ms + 100
+        pcm = bytes(2 * 16 * silence_ms)
+        last_ts = self.tape.capture_ts_at(self.tape.end - 1) or 0.0
+        self._on_audio(pcm, last_ts + 1000.0 / 16000)
+
+    async def _reset_vad(self) -> None:
+        if self.vad is not None:
+            await self.vad.reset()
+
+    # -- vad events ------------------------------------------------------------------------------------------
+    async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
+        if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
+            self.speech_start = origin + ev.start_sample
+            self.send(event("speech.started", ts_ms=ev.start_ts_ms))
+            if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
+                self.turn.interrupt(self.turn.played_samples, "server_vad")
+        elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
+            start = origin + ev.start_sample - int(self.gw.preroll_ms * 16)
+            end = origin + ev.end_sample
+            self.speech_start = None
+            self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
+            pcm = self.tape.cut(start, end)
+            received = self.tape.received_at(min(end, self.tape.end - 1)) or time.monotonic()
+            endpoint_ms = (time.monotonic() - received) * 1000.0
+            keyframes = pick_keyframes(self.frames, float(ev.start_ts_ms), float(ev.end_ts_ms))
+            self.frames = [f for f in self.frames if f.ts_ms > ev.end_ts_ms]
+            await self._begin_turn(TurnInput(
+                self._turn_id(), "speech", "", audio.wav_bytes(pcm, 16000), len(pcm) / 32.0,
+                [f.jpeg for f in keyframes], [f.ts_ms for f in keyframes], received, endpoint_ms))
+
+    async def _on_vad_failure(self, exc: grpc.aio.AioRpcError) -> None:
+        if self.speech_start is not None:
+            self.error("unavailable", f"the vad service failed mid-utterance ({exc.code().name}); "
+                                      "the utterance was dropped")
+        self.speech_start = None
+
+    async def _watch_stalls(self) -> None:
+        """An utterance whose audio stops arriving is dropped after the request timeout, with an error."""
+        timeout = self.gw.request_timeout_ms / 1000.0
+        while True:
+            await asyncio.sleep(min(0.1, timeout / 4))
+            for ready in self.jitter.release():
+                self._on_audio(ready.payload, ready.ts_ms)
+            if self.speech_start is not None and time.monotonic() - self.last_audio_at > timeout:
+                self.speech_start = None
+                self.error("stalled_input", f"audio stopped arriving mid-utterance for over "
+                                            f"{self.gw.request_timeout_ms} ms; the utterance was dropped")
+                await self._reset_vad()
+
+    # -- turns -----------------------------------------------------------------------------------------------
+    def _turn_id(self) -> str:
+        self.turns += 1
+        return f"{self.id}-{self.turns}"
+
+    def _open(self, start: SessionStart) -> None:
+        self.start = start
+        v = self.cfg.vad
+        settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
+                                       min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
+        self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure)
+        limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
+                  "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
+                  "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
+                  "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
+        self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
+                        sample_rate_out=self.model.get("sample_rate_out", 24000), voices=self.model.get("voices", []),
+                        voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
+                        model=self.model.get("llm", {}), limits=limits))
+        _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera})
+
+    async def _begin_turn(self, inp: TurnInput) -> None:
+        if self.turn_task is not None and not self.turn_task.done():
+            assert self.turn is not None
+            self.turn.interrupt(self.turn.played_samples, "new_turn")
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self.turn_task), INTERRUPT_WAIT_S)
+        assert self.start is not None
+        settings = TurnSettings(self.gw.system_prompt, self.start.voice or self.gw.voice, self.start.language,
+                                self.gw.request_timeout_ms / 1000.0, self.gw.turn_deadline_ms / 1000.0)
+        history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
+        self.turn = Turn(inp, settings, list(history), self.llm, self.tts, self.id, self.send)
+        self._set_state(State.THINKING, inp.source)
+        self.turn_task = asyncio.create_task(self._run_turn(self.turn), name=f"turn-{inp.turn_id}")
+
+    async def _run_turn(self, turn: Turn) -> None:
+        with logs.bound(self.id, turn.inp.turn_id):
+            try:
+                result = await turn.run()
+            except Exception:
+                _LOGGER.exception("turn_failed")
+                self.error("internal", "the turn failed unexpectedly", turn.inp.turn_id)
+                return
+            finally:
+                if self.turn is turn:
+                    self._set_state(State.LISTENING, "turn over")
+        if result.outcome in ("busy", "error"):
+            return
+        user = turn.inp.text or "(spoken)"
+        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=user))
+        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=result.heard_text,
+                                            interrupted=result.interrupted))
+
+    def on_health(self, service: str, status: str) -> None:
+        self.send(event("health", service=service, status=status))
+
+    async def close(self) -> None:
+        if self.turn is not None:
+            self.turn.interrupt(self.turn.played_samples, "session_closed")
+        for task in (self.turn_task, self._watchdog):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self.vad is not None:
+            await self.vad.close()
+        self.out.put_nowait(None)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.writer

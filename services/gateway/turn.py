@@ -1,0 +1,300 @@
+"""One reply: llm tokens streamed into tts as they come, text and audio forwarded as soon as they exist.
+
+A `Turn` is a handle like LiveKit's SpeechHandle: `interrupt()` is idempotent, cancels both gRPC calls explicitly
+(never just abandons them) and makes the writer drop any audio of this turn still queued. When the turn ends it
+knows what the user actually heard, which is what the history keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import grpc
+
+from services.common import logs
+from services.gateway import metrics
+from services.gateway.protocol import FrameKind, event, pack_frame
+from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+
+Send = Callable[[str | bytes, "Turn | None"], None]
+
+
+@dataclass
+class TurnInput:
+    turn_id: str
+    source: str                   # "speech" or "text"
+    text: str                     # typed text ("" for speech)
+    audio_wav: bytes              # "" for typed turns
+    audio_ms: float
+    images: list[bytes]
+    image_ts: list[float]
+    t_input_end: float            # monotonic: end of speech received, or text received
+    endpoint_ms: float | None = None
+
+
+@dataclass
+class TurnSettings:
+    system_prompt: str
+    voice: str
+    language: str
+    request_timeout_s: float
+    deadline_s: float
+
+
+@dataclass
+class _Sentence:
+    text: str
+    first_sample: int
+    end_sample: int
+
+
+@dataclass
+class TurnResult:
+    outcome: str                  # stop, length, degraded, interrupted, busy, error
+    text: str = ""
+    heard_text: str = ""
+    interrupted: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class StageTimeout(Exception):
+    def __init__(self, stage: str) -> None:
+        super().__init__(stage)
+        self.stage = stage
+
+
+class Turn:
+    def __init__(self, inp: TurnInput, settings: TurnSettings, history: list[common_pb2.Turn],
+                 llm: llm_pb2_grpc.LlmServiceStub, tts: tts_pb2_grpc.TtsServiceStub, session_id: str,
+                 send: Send) -> None:
+        self.inp = inp
+        self.settings = settings
+        self.history = history
+        self.llm = llm
+        self.tts = tts
+        self.session_id = session_id
+        self.send = send
+        self.interrupted = False
+        self.played_samples = 0
+        self.sample_rate = 24000
+        self._calls: dict[str, grpc.aio.Call] = {}
+        self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._text = ""
+        self._fed: list[tuple[int, float]] = []  # (chars fed to tts so far, when)
+        self._sentences: dict[int, _Sentence] = {}
+        self._samples_sent = 0
+        self._llm_finished = asyncio.Event()
+        self._timings: dict[str, float] = {}
+        self._finish = "stop"
+        self._done = asyncio.Event()
+
+    # -- control ---------------------------------------------------------------------------------------------
+    def interrupt(self, played_samples: int, trigger: str) -> None:
+        """Stop the reply now: cancel both calls; queued audio of this turn is dropped by the writer."""
+        if self.interrupted or self._done.is_set():
+            return
+        self.interrupted = True
+        self.played_samples = played_samples
+        metrics.INTERRUPTIONS.labels(trigger).inc()
+        self._cancel_calls()
+        _LOGGER.info("turn_interrupted", extra={"trigger": trigger, "played_samples": played_samples})
+
+    def report_playback(self, played_samples: int) -> None:
+        self.played_samples = max(self.played_samples, played_samples)
+
+    def _cancel_calls(self) -> None:
+        for name, call in self._calls.items():
+            if not call.done():
+                call.cancel()
+                metrics.CANCELLED_CALLS.labels(name).inc()
+
+    # -- the pipeline ----------------------------------------------------------------------------------------
+    async def run(self) -> TurnResult:
+        t0 = time.monotonic()
+        inp = self.inp
+        self.send(event("turn.started", turn_id=inp.turn_id, source=inp.source, audio_ms=round(inp.audio_ms),
+                        images=len(inp.images)), None)
+        metadata = (*logs.grpc_metadata(),)
+        outcome, error = "stop", None
+        try:
+            self._calls["tts"] = self.tts.SynthesizeStream(self._tts_requests(), timeout=self.settings.deadline_s,
+                                                           metadata=metadata)
+            self._calls["llm"] = self.llm.Generate(self._llm_request(), timeout=self.settings.deadline_s,
+                                                   metadata=metadata)
+            results = await asyncio.gather(self._pump_llm(t0), self._pump_tts(t0), return_exceptions=True)
+            for res in results:
+                if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
+                    raise res
+            outcome = "interrupted" if self.interrupted else self._finish
+        except StageTimeout as exc:
+            outcome, error = "error", ("timeout", f"the {exc.stage} service did not answer within "
+                                                  f"{self.settings.request_timeout_s * 1000:.0f} ms")
+        except grpc.aio.AioRpcError as exc:
+            if self.interrupted and exc.code() == grpc.StatusCode.CANCELLED:
+                outcome = "interrupted"
+            elif exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                outcome = "busy"
+            else:
+                outcome, error = "error", _error_of(exc)
+        finally:
+            self._cancel_calls()
+            self._done.set()
+        if outcome == "busy":
+            metrics.BUSY.inc()
+            self.send(event("busy", turn_id=inp.turn_id, message="the model is busy with other requests; "
+                            "try again in a moment"), None)
+        if error is not None:
+            metrics.ERRORS.labels(error[0]).inc()
+            self.send(event("error", code=error[0], message=error[1], turn_id=inp.turn_id), None)
+        if self._samples_sent:
+            self.send(event("audio.done", turn_id=inp.turn_id, samples=self._samples_sent), None)
+        heard = self.heard_text() if self.interrupted else self._text
+        self._timings["total_ms"] = _ms(time.monotonic() - t0)
+        result = TurnResult(outcome, self._text, heard, self.interrupted, dict(self._timings))
+        self.send(event("turn.done", turn_id=inp.turn_id, text=self._text, heard_text=heard,
+                        interrupted=self.interrupted, finish_reason=outcome, timings=result.timings), None)
+        self._observe(result)
+        return result
+
+    def _llm_request(self) -> llm_pb2.GenerateRequest:
+        images = [llm_pb2.Image(data=d, mime_type="image/jpeg", capture_ts_ms=int(ts))
+                  for d, ts in zip(self.inp.images, self.inp.image_ts)]
+        return llm_pb2.GenerateRequest(
+            session_id=self.session_id, turn_id=self.inp.turn_id, system_prompt=self.settings.system_prompt,
+            history=self.history, user=llm_pb2.UserContent(audio_wav=self.inp.audio_wav, images=images,
+                                                           text=self.inp.text))
+
+    async def _tts_requests(self) -> AsyncIterator[tts_pb2.SynthesizeStreamRequest]:
+        yield tts_pb2.SynthesizeStreamRequest(
+            config=tts_pb2.VoiceConfig(voice=self.settings.voice, language=self.settings.language),
+            turn_id=self.inp.turn_id)
+        while (piece := await self._tts_queue.get()) is not None:
+            yield tts_pb2.SynthesizeStreamRequest(text=piece, turn_id=self.inp.turn_id)
+
+    async def _first(self, call: grpc.aio.Call, stage: str, timeout: float | None) -> object:
+        try:
+            return await asyncio.wait_for(call.read(), timeout)
+        except asyncio.TimeoutError:
+            raise StageTimeout(stage) from None
+
+    async def _pump_llm(self, t0: float) -> None:
+        call = self._calls["llm"]
+        try:
+            message = await self._first(call, "llm", self.settings.request_timeout_s)
+            while message is not grpc.aio.EOF and not self.interrupted:
+                if message.HasField("done"):
+                    done = message.done
+                    self._finish = llm_pb2.FinishReason.Name(done.finish_reason).lower()
+                    self._timings["llm_queue_ms"] = round(done.timings.queue_wait_ms, 1)
+                    self._timings["llm_decode_tokens"] = done.timings.decode_tokens
+                elif message.text_delta:
+                    if "first_token_ms" not in self._timings:
+                        self._timings["first_token_ms"] = _ms(time.monotonic() - t0)
+                    self._text += message.text_delta
+                    self._fed.append((len(self._text), time.monotonic()))
+                    self._tts_queue.put_nowait(message.text_delta)
+                    self.send(event("text.delta", turn_id=self.inp.turn_id, text=message.text_delta), self)
+                message = await call.read()
+        finally:
+            self._llm_finished.set()
+            self._tts_queue.put_nowait(None)
+
+    async def _pump_tts(self, t0: float) -> None:
+        """Forward audio chunks. One read is kept pending (cancelling a grpc.aio read would cancel the call)."""
+        call = self._calls["tts"]
+        read = asyncio.ensure_future(call.read())
+        llm_done = asyncio.ensure_future(self._llm_finished.wait())
+        try:
+            while not self.interrupted:
+                stalled_after = None
+                if llm_done.done() and not self._samples_sent:
+                    stalled_after = self.settings.request_timeout_s  # the llm is done: speech must start soon
+                waiting = {read} if llm_done.done() else {read, llm_done}
+                done, _ = await asyncio.wait(waiting, timeout=stalled_after, return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    if not self._text.strip():
+                        return  # nothing was said, so nothing will be spoken
+                    raise StageTimeout("tts")
+                if read not in done:
+                    continue
+                chunk = read.result()
+                if chunk is grpc.aio.EOF:
+                    return
+                self._on_audio(chunk, t0)
+                read = asyncio.ensure_future(call.read())
+        finally:
+            llm_done.cancel()
+            if not read.done():
+                read.cancel()
+
+    def _on_audio(self, chunk: tts_pb2.AudioOut, t0: float) -> None:
+        now = time.monotonic()
+        if not self._samples_sent:
+            self.sample_rate = chunk.sample_rate
+            self._timings["first_audio_ms"] = _ms(now - t0)
+            self._timings["ttfa_ms"] = _ms(now - self.inp.t_input_end)
+            if self.inp.endpoint_ms is not None:
+                self._timings["endpoint_ms"] = round(self.inp.endpoint_ms, 1)
+            fed_at = next((t for chars, t in self._fed if chars >= chunk.text_end), None)
+            if fed_at is not None:
+                self._timings["tts_first_chunk_ms"] = _ms(now - fed_at)
+            self.send(event("audio.start", turn_id=self.inp.turn_id, sample_rate=chunk.sample_rate), self)
+        samples = len(chunk.pcm16) // 2
+        sentence = self._sentences.setdefault(
+            chunk.sentence_index, _Sentence(chunk.sentence_text, chunk.sample_offset, chunk.sample_offset))
+        sentence.end_sample = chunk.sample_offset + samples
+        seq = self._samples_sent // max(samples, 1)
+        self.send(pack_frame(FrameKind.AUDIO_OUT, seq, float(chunk.sample_offset), chunk.pcm16), self)
+        self._samples_sent += samples
+
+    def heard_text(self) -> str:
+        """The sentences the user heard in full, plus the heard share of the one cut off (by words)."""
+        heard: list[str] = []
+        for index in sorted(self._sentences):
+            s = self._sentences[index]
+            if s.end_sample <= self.played_samples:
+                heard.append(s.text.strip())
+            elif s.first_sample < self.played_samples:
+                words = s.text.split()
+                share = (self.played_samples - s.first_sample) / max(1, s.end_sample - s.first_sample)
+                heard.append(" ".join(words[: int(len(words) * share)]))
+                break
+            else:
+                break
+        return " ".join(w for w in heard if w).strip()
+
+    def _observe(self, result: TurnResult) -> None:
+        metrics.TURNS.labels(self.inp.source, result.outcome).inc()
+        t = result.timings
+        if "ttfa_ms" in t:
+            metrics.TTFA.labels(self.inp.source).observe(t["ttfa_ms"] / 1000)
+        for stage in ("endpoint_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms"):
+            if stage in t:
+                metrics.STAGE.labels(stage[:-3]).observe(t[stage] / 1000)
+        metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)
+        _LOGGER.info("turn_done", extra={"outcome": result.outcome, "source": self.inp.source,
+                                         "reply_chars": len(result.text), "heard_chars": len(result.heard_text),
+                                         **t})
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 1)
+
+
+def _error_of(exc: grpc.aio.AioRpcError) -> tuple[str, str]:
+    code = exc.code()
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return "timeout", f"a model service missed its deadline ({exc.details()})"
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return "invalid", exc.details() or "the request was refused as invalid"
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED):
+        return "unavailable", f"a model service is unavailable ({exc.details()})"
+    return "internal", f"{code.name}: {exc.details()}"
+

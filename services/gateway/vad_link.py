@@ -1,0 +1,83 @@
+"""A session's audio stream to the vad service: audio out in order, speech events back.
+
+The stream lives as long as the session; if the vad service goes away it is reopened on the next audio (its
+sample counter restarts, so the session's tape offset is remembered at (re)open).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+
+from services.common import logs
+from sotto.v1 import vad_pb2, vad_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+
+SESSION_DEADLINE_S = 12 * 3600.0  # the stream's gRPC deadline; a longer session reopens it
+
+
+class VadLink:
+    def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
+                 on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
+                 on_failure: Callable[[grpc.aio.AioRpcError], Awaitable[None]]) -> None:
+        self.stub = stub
+        self.settings = settings
+        self.rate = sample_rate
+        self.on_event = on_event
+        self.on_failure = on_failure
+        self._queue: asyncio.Queue[vad_pb2.AudioChunk | None] | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._reader: asyncio.Task | None = None
+        self._origin = 0   # tape sample index where this stream's sample 0 sits
+        self._seq = 0
+
+    @property
+    def open(self) -> bool:
+        return self._call is not None and not self._call.done()
+
+    def send(self, pcm: bytes, capture_ts_ms: float, tape_start: int) -> None:
+        if not self.open:
+            self._open(tape_start)
+        assert self._queue is not None
+        self._queue.put_nowait(vad_pb2.AudioChunk(pcm16=pcm, sample_rate=self.rate, sequence=self._seq,
+                                                  capture_ts_ms=int(capture_ts_ms)))
+        self._seq += 1
+
+    def _open(self, tape_start: int) -> None:
+        self._queue = asyncio.Queue()
+        self._origin, self._seq = tape_start, 0
+        self._call = self.stub.StreamAudio(self._requests(self._queue), timeout=SESSION_DEADLINE_S,
+                                           metadata=logs.grpc_metadata())
+        self._reader = asyncio.create_task(self._read(self._call, self._origin), name="vad::read")
+
+    async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
+        yield vad_pb2.VadRequest(settings=self.settings)
+        while (chunk := await queue.get()) is not None:
+            yield vad_pb2.VadRequest(audio=chunk)
+
+    async def _read(self, call: grpc.aio.StreamStreamCall, origin: int) -> None:
+        try:
+            async for ev in call:
+                await self.on_event(ev, origin)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                _LOGGER.warning("vad_stream_failed", extra={"code": exc.code().name, "details": exc.details()})
+                await self.on_failure(exc)
+
+    async def reset(self) -> None:
+        """Drop the stream (and the service's state for it); the next audio opens a fresh one."""
+        await self.close()
+
+    async def close(self) -> None:
+        if self._call is not None and not self._call.done():
+            self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+        self._call = self._reader = None

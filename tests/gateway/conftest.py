@@ -1,0 +1,126 @@
+"""A gateway on a free port wired to fake vad/llm/tts peers, and a small WebSocket client for it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestServer
+
+from services.common import config
+from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.server import create_app
+from sotto.v1 import llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
+from tests.gateway.fakes import FakeLlm, FakeTts, FakeVad, start_fake
+
+
+@dataclass
+class Stack:
+    url: str
+    vad: FakeVad
+    llm: FakeLlm
+    tts: FakeTts
+    settings: config.Settings
+
+
+@pytest.fixture
+async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    overrides = getattr(request, "param", {})
+    vad, llm, tts = FakeVad(), FakeLlm(), FakeTts()
+    servers = [await start_fake(vad, vad_pb2_grpc.add_VadServiceServicer_to_server, "sotto.v1.VadService"),
+               await start_fake(llm, llm_pb2_grpc.add_LlmServiceServicer_to_server, "sotto.v1.LlmService"),
+               await start_fake(tts, tts_pb2_grpc.add_TtsServiceServicer_to_server, "sotto.v1.TtsService")]
+    base = config.load_all({})
+    gateway = dataclasses.replace(base.gateway, vad_addr=servers[0][1], llm_addr=servers[1][1],
+                                  tts_addr=servers[2][1], **overrides)
+    settings = dataclasses.replace(base, gateway=gateway)
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield Stack(f"http://127.0.0.1:{server.port}", vad, llm, tts, settings)
+    finally:
+        await server.close()
+        for grpc_server, _ in servers:
+            await grpc_server.stop(0)
+
+
+class Client:
+    """Collects everything the gateway sends; binary frames are kept with their arrival time."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.events: list[dict] = []
+        self.frames: list[tuple[float, bytes]] = []
+        self._reader = asyncio.create_task(self._read())
+        self.seq = 0
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self.events.append(json.loads(msg.data))
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                self.frames.append((asyncio.get_running_loop().time(), msg.data))
+
+    async def send(self, **message: object) -> None:
+        await self.ws.send_str(json.dumps(message))
+
+    async def send_audio(self, pcm: np.ndarray, frame_ms: int = 20, ts0: float = 1_000_000.0) -> None:
+        step = 16 * frame_ms
+        for i in range(0, len(pcm), step):
+            await self.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, self.seq, ts0 + i / 16,
+                                                pcm[i:i + step].astype("<i2").tobytes()))
+            self.seq += 1
+
+    async def wait_for(self, kind: str, timeout: float = 10.0, count: int = 1) -> dict:
+        async def until() -> dict:
+            while True:
+                found = [e for e in self.events if e["type"] == kind]
+                if len(found) >= count:
+                    return found[count - 1]
+                await asyncio.sleep(0.01)
+        return await asyncio.wait_for(until(), timeout)
+
+    def types(self) -> list[str]:
+        return [e["type"] for e in self.events]
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+
+
+@pytest.fixture
+async def connect(stack: Stack) -> AsyncIterator:
+    sessions: list[aiohttp.ClientSession] = []
+    clients: list[Client] = []
+
+    async def _connect(start: bool = True, **headers: str) -> Client:
+        http = aiohttp.ClientSession()
+        sessions.append(http)
+        ws = await http.ws_connect(f"{stack.url}/ws", headers=headers)
+        client = Client(ws)
+        clients.append(client)
+        if start:
+            await client.send(type="session.start", protocol=1, sample_rate=16000)
+            await client.wait_for("session.ready")
+        return client
+
+    yield _connect
+    for client in clients:
+        await client.close()
+    for http in sessions:
+        await http.close()
+
+
+def speech(seconds: float, amplitude: int = 8000) -> np.ndarray:
+    t = np.arange(int(seconds * 16000)) / 16000
+    return (np.sin(2 * np.pi * 220 * t) * amplitude).astype(np.int16)
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * 16000), dtype=np.int16)

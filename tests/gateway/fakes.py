@@ -1,0 +1,137 @@
+"""Fake vad/llm/tts gRPC peers with knobs, to isolate the gateway (real servers on port 0, real gRPC).
+
+They subclass the generated servicers, as LiveKit's fakes subclass the real interfaces. End-to-end tests never
+use them: those run the real services.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+import numpy as np
+
+from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
+
+
+class FakeVad(vad_pb2_grpc.VadServiceServicer):
+    """Energy threshold: loud samples are speech; `silence_ms` of quiet ends it."""
+
+    def __init__(self, silence_ms: int = 200) -> None:
+        self.silence = silence_ms * 16
+        self.streams = 0
+
+    async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
+        self.streams += 1
+        pos, start, quiet, last_loud = 0, None, 0, 0
+        first_ts = None
+        async for req in request_iterator:
+            if not req.HasField("audio"):
+                continue
+            pcm = np.frombuffer(req.audio.pcm16, dtype="<i2")
+            if first_ts is None:
+                first_ts = req.audio.capture_ts_ms - pos / 16
+            for i in np.flatnonzero(np.abs(pcm) > 1000)[:1]:
+                if start is None:
+                    start = pos + int(i)
+                    yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_STARTED, start_sample=start,
+                                           start_ts_ms=int(first_ts + start / 16))
+            loud = np.flatnonzero(np.abs(pcm) > 1000)
+            if len(loud):
+                last_loud = pos + int(loud[-1])
+            pos += len(pcm)
+            if start is not None and pos - last_loud > self.silence:
+                yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_ENDED, start_sample=start, end_sample=last_loud,
+                                       start_ts_ms=int(first_ts + start / 16), end_ts_ms=int(first_ts + last_loud / 16))
+                start = None
+
+
+@dataclass
+class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
+    deltas: list[str] = field(default_factory=lambda: ["Hello", " there.", " How", " are", " you?"])
+    delta_delay_s: float = 0.01
+    first_delay_s: float = 0.0
+    fail_with: grpc.StatusCode | None = None
+    requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
+    cancelled: int = 0
+
+    async def Generate(self, request, context) -> AsyncIterator[llm_pb2.GenerateEvent]:
+        self.requests.append(request)
+        if self.fail_with is not None:
+            await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
+        try:
+            await asyncio.sleep(self.first_delay_s)
+            for delta in self.deltas:
+                yield llm_pb2.GenerateEvent(text_delta=delta)
+                await asyncio.sleep(self.delta_delay_s)
+            yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP,
+                                                                  text="".join(self.deltas)))
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+    async def GetModelInfo(self, request, context) -> llm_pb2.ModelInfo:
+        return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=True, image_input=True)
+
+
+@dataclass
+class FakeTts(tts_pb2_grpc.TtsServiceServicer):
+    """Speaks each sentence (ending in . ? !) as `chunks_per_sentence` chunks of 2048 samples."""
+
+    chunks_per_sentence: int = 2
+    chunk_delay_s: float = 0.005
+    cancelled: int = 0
+    texts: list[str] = field(default_factory=list)
+
+    async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
+        text, done_upto, index, offset = "", 0, 0, 0
+        try:
+            async for req in request_iterator:
+                if req.WhichOneof("item") != "text":
+                    continue
+                text += req.text
+                while (end := _sentence_end(text, done_upto)) is not None:
+                    async for chunk in self._speak(text, done_upto, end, index, offset):
+                        offset += 2048
+                        yield chunk
+                    done_upto, index = end, index + 1
+            if text[done_upto:].strip():
+                async for chunk in self._speak(text, done_upto, len(text), index, offset):
+                    yield chunk
+            self.texts.append(text)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+
+    async def _speak(self, text: str, start: int, end: int, index: int, offset: int) -> AsyncIterator:
+        pcm = (np.sin(np.arange(2048) / 8) * 8000).astype("<i2").tobytes()
+        for i in range(self.chunks_per_sentence):
+            await asyncio.sleep(self.chunk_delay_s)
+            yield tts_pb2.AudioOut(pcm16=pcm, sample_rate=24000, sentence_index=index, text_start=start,
+                                   text_end=end, sentence_text=text[start:end], sample_offset=offset + i * 2048,
+                                   sentence_end=i == self.chunks_per_sentence - 1)
+
+    async def ListVoices(self, request, context) -> tts_pb2.ListVoicesResponse:
+        return tts_pb2.ListVoicesResponse(voices=[tts_pb2.Voice(name="af_heart", language="en-us")],
+                                          default_voice="af_heart")
+
+
+def _sentence_end(text: str, start: int) -> int | None:
+    for i in range(start, len(text)):
+        if text[i] in ".?!":
+            return i + 1
+    return None
+
+
+async def start_fake(servicer: object, add, name: str) -> tuple[grpc.aio.Server, str]:
+    server = grpc.aio.server()
+    add(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"

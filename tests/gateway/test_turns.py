@@ -1,0 +1,126 @@
+"""The turn pipeline against fake peers: order of events, media reaching the llm, barge-in, busy, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import grpc
+import numpy as np
+import pytest
+from PIL import Image
+
+from services.common.audio import read_wav
+from services.gateway.protocol import HEADER, FrameKind, pack_frame
+from tests.gateway.conftest import silence, speech
+
+
+def jpeg(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+async def test_typed_turn_streams_text_then_audio_in_order(stack, connect) -> None:
+    client = await connect()
+    await client.send(type="text", text="Hi!")
+    done = await client.wait_for("turn.done")
+    types = [t for t in client.types() if t not in ("health",)]
+    assert types[:3] == ["session.ready", "turn.started", "text.delta"]
+    assert types.index("audio.start") < types.index("audio.done") < types.index("turn.done")
+    assert done["text"] == "Hello there. How are you?" and done["finish_reason"] == "stop"
+    assert done["timings"]["ttfa_ms"] > 0 and "first_token_ms" in done["timings"]
+    kinds = {HEADER.unpack_from(f)[0] for _, f in client.frames}
+    assert kinds == {FrameKind.AUDIO_OUT} and len(client.frames) == 4
+    assert stack.llm.requests[0].user.text == "Hi!"
+
+
+async def test_spoken_turn_sends_the_utterance_and_keyframes(stack, connect) -> None:
+    client = await connect()
+    ts0 = 5_000_000.0
+    for i, color in enumerate([(200, 0, 0), (200, 0, 0), (0, 0, 200)]):  # two identical, one different
+        await client.ws.send_bytes(pack_frame(FrameKind.JPEG, i, ts0 + 100 + i * 500, jpeg(color)))
+    await client.send_audio(np.concatenate([silence(0.3), speech(1.2), silence(0.5)]), ts0=ts0)
+    await client.wait_for("turn.done")
+    types = client.types()
+    assert types.index("speech.started") < types.index("speech.ended") < types.index("turn.started")
+    request = stack.llm.requests[0]
+    wav = read_wav(request.user.audio_wav)
+    assert wav.sample_rate == 16000 and 1.2 <= wav.duration_s <= 1.6  # the speech plus pre-roll
+    assert len(request.user.images) == 2  # near-identical frames dropped, never every frame
+
+
+async def test_history_is_kept_across_turns(stack, connect) -> None:
+    client = await connect()
+    await client.send(type="text", text="First.")
+    await client.wait_for("turn.done")
+    await client.send(type="text", text="Second.")
+    await client.wait_for("turn.done", count=2)
+    history = stack.llm.requests[1].history
+    assert [h.text for h in history] == ["First.", "Hello there. How are you?"]
+
+
+async def test_barge_in_stops_audio_cancels_calls_and_keeps_only_what_was_heard(stack, connect) -> None:
+    stack.tts.chunks_per_sentence = 40
+    stack.tts.chunk_delay_s = 0.02
+    client = await connect()
+    await client.send(type="text", text="Tell me a story.")
+    start = await client.wait_for("audio.start")
+    await asyncio.sleep(0.3)
+    t_interrupt = asyncio.get_running_loop().time()
+    await client.send(type="interrupt", turn_id=start["turn_id"], played_samples=2048 * 10)
+    done = await client.wait_for("turn.done")
+    await asyncio.sleep(0.3)
+    late = [t for t, _ in client.frames if t > t_interrupt + 0.1]
+    assert not late, f"{len(late)} audio frames arrived more than 100 ms after the interrupt"
+    assert done["interrupted"] and done["finish_reason"] == "interrupted"
+    assert stack.tts.cancelled == 1
+    assert done["heard_text"] and done["heard_text"] != done["text"]
+    assert "Hello" in done["heard_text"] and "How" not in done["heard_text"]
+    await client.send(type="text", text="Go on.")
+    await client.wait_for("turn.done", count=2)
+    assert stack.llm.requests[1].history[-1].text == done["heard_text"]
+    assert stack.llm.requests[1].history[-1].interrupted
+
+
+async def test_busy_llm_gives_busy_and_the_session_goes_on(stack, connect) -> None:
+    stack.llm.fail_with = grpc.StatusCode.RESOURCE_EXHAUSTED
+    client = await connect()
+    await client.send(type="text", text="Hi")
+    busy = await client.wait_for("busy")
+    assert "busy" in busy["message"]
+    stack.llm.fail_with = None
+    await client.send(type="text", text="Hi again")
+    done = await client.wait_for("turn.done", count=2)
+    assert done["finish_reason"] == "stop"
+
+
+async def test_llm_failure_is_an_error_event(stack, connect) -> None:
+    stack.llm.fail_with = grpc.StatusCode.UNAVAILABLE
+    client = await connect()
+    await client.send(type="text", text="Hi")
+    err = await client.wait_for("error")
+    assert err["code"] == "unavailable" and err["turn_id"]
+
+
+async def test_llm_that_never_answers_times_out_within_the_request_timeout(stack, connect) -> None:
+    stack.llm.first_delay_s = 30
+    client = await connect()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await client.send(type="text", text="Hi")
+    err = await client.wait_for("error", timeout=5)
+    assert err["code"] == "timeout"
+    assert loop.time() - t0 < stack.settings.gateway.request_timeout_ms / 1000 + 0.5
+    await asyncio.sleep(0.2)
+    assert stack.llm.cancelled == 1  # the call was cancelled, not abandoned
+
+
+async def test_stalled_utterance_is_dropped_with_an_error(stack, connect) -> None:
+    client = await connect()
+    await client.send_audio(speech(0.5))
+    await client.wait_for("speech.started")
+    err = await client.wait_for("error", timeout=5)
+    assert err["code"] == "stalled_input"
+    await client.send(type="ping")
+    await client.wait_for("pong")
