@@ -64,14 +64,23 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
                      started: float) -> AsyncIterator[tts_pb2.AudioOut]:
         """Step the engine's iterator on the worker thread; yield each chunk as it comes."""
         first = True
+        code = grpc.StatusCode.OK
         try:
             while (chunk := await self._call(next, chunks, None)) is not None:
                 if first:
                     FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - started)
                     first = False
                 yield _audio_out(chunk, self.engine.sample_rate)
+        except (asyncio.CancelledError, GeneratorExit):
+            code = grpc.StatusCode.CANCELLED  # barge-in or deadline: counted, so cancellations are visible
+            raise
+        except Exception:
+            code = grpc.StatusCode.UNKNOWN
+            raise
         finally:
             self._executor.submit(chunks.close)  # ordered before the next call's work
+            metrics.RPC_TOTAL.labels(method, code.name).inc()
+            metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
 
     async def Synthesize(self, request, context):
         grpc_server.rpc_context_ids(context)
