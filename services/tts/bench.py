@@ -1,6 +1,7 @@
 """Benchmark the TTS engines: time to first chunk and real-time factor for short/medium/long answers.
 
     python -m services.tts.bench [--kit DIR] [--engines onnx,mlx] [--repeat 3] [--voice jf_alpha]
+        [--threads N] [--mlx-all]
 
 RTF = synthesis wall time / audio duration (below 1 is faster than real time). Targets here with
 ONNX: first chunk of a short first clause <= 0.5 s, RTF <= 0.5. MLX on a CPU is far slower than
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engines", default="onnx", help="comma list of onnx, mlx")
     parser.add_argument("--voice", default="jf_alpha")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime intra-op threads")
     parser.add_argument("--mlx-all", action="store_true", help="run every answer on MLX too (slow on CPU)")
     args = parser.parse_args(argv)
 
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.engines.split(","):
         started = time.perf_counter()
         if name == "onnx":
-            engine, answers = KokoroOnnx.from_folder(args.kit / "onnx"), list(ANSWERS)
+            engine, answers = KokoroOnnx.from_folder(args.kit / "onnx", threads=args.threads), list(ANSWERS)
         elif name == "mlx":
             engine = KokoroMlx(args.kit / "mlx")
             answers = list(ANSWERS) if args.mlx_all else ["short"]

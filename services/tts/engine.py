@@ -28,6 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
+from services.common.audio import float_to_pcm16
 from services.tts.text import Sentence, SentenceSplitter, speakable, split_sentences
 
 SAMPLE_RATE = 24000
@@ -81,10 +82,6 @@ class TtsEngine(Protocol):
 def default_backend() -> str:
     """MLX on Apple Silicon (Metal), ONNX Runtime everywhere else."""
     return "mlx" if sys.platform == "darwin" and platform.machine() == "arm64" else "onnx"
-
-
-def to_pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(audio, -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
 def _pause_before(previous: Sentence | None, sentence_pause: float, clause_pause: float) -> int:
@@ -175,7 +172,7 @@ class _KokoroBase:
             audio = self._render(phonemes, voice, speed, cancel)
             if cancel.is_set():
                 return
-            pcm = to_pcm16(audio)
+            pcm = float_to_pcm16(audio)
             silence = b"\0\0" * _pause_before(previous, self._sentence_pause, self._clause_pause)
             pcm = silence + pcm
             previous = sentence
