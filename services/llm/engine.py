@@ -168,19 +168,16 @@ class LlmEngine:
         audio_backend = config.audio_backend if modalities.audio else None
         Path(config.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        mark = tap.mark()
         try:
-            self._engine = litert_lm.Engine(
-                str(path),
-                backend=self._backend(backend, config.cpu_threads),
-                max_num_tokens=plan.context_tokens,
-                cache_dir=str(Path(config.cache_dir).expanduser()),
-                vision_backend=self._backend(vision_backend, config.cpu_threads) if vision_backend else None,
-                audio_backend=self._backend(audio_backend, config.cpu_threads) if audio_backend else None,
-                enable_benchmark=True,  # per-turn prefill/decode token counts and rates
-            )
-        except RuntimeError as exc:
-            raise EngineError(f"cannot load model {path.name} on {backend}", tap.reason_since(mark) or str(exc)) from exc
+            self._engine = self._create(path, plan, backend, vision_backend, audio_backend)
+        except EngineError as exc:
+            if config.backend != "auto" or backend == "cpu":
+                raise
+            # "auto" picked the GPU and it failed (no WebGPU device, driver...): serve on the CPU.
+            _LOGGER.warning("GPU backend failed, falling back to CPU: %s", exc)
+            backend = "cpu"
+            vision_backend = "cpu" if vision_backend else None
+            self._engine = self._create(path, plan, backend, vision_backend, audio_backend)
         self.load_seconds = time.monotonic() - started
         self.info = ModelInfo(
             name=config.model_name or path.name.removesuffix(".litertlm"),
@@ -196,6 +193,23 @@ class LlmEngine:
         self._lock = threading.Lock()
         self._sessions = ConversationCache(config.max_sessions, close=_close_quietly)
         _LOGGER.info("loaded %s in %.2f s: %s", self.info.name, self.load_seconds, self.info)
+
+    def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None, audio_backend: str | None):
+        config = self.config
+        tap = stderr_tap()
+        mark = tap.mark()
+        try:
+            return self._lm.Engine(
+                str(path),
+                backend=self._backend(backend, config.cpu_threads),
+                max_num_tokens=plan.context_tokens,
+                cache_dir=str(Path(config.cache_dir).expanduser()),
+                vision_backend=self._backend(vision_backend, config.cpu_threads) if vision_backend else None,
+                audio_backend=self._backend(audio_backend, config.cpu_threads) if audio_backend else None,
+                enable_benchmark=True,  # per-turn prefill/decode token counts and rates
+            )
+        except RuntimeError as exc:
+            raise EngineError(f"cannot load model {path.name} on {backend}", tap.reason_since(mark) or str(exc)) from exc
 
     def _backend(self, name: str, threads: int | None):
         if name == "cpu":
@@ -302,6 +316,7 @@ class Generation:
         self._state_lock = threading.Lock()
         self._conversation = None
         self._stop_reason: FinishReason | None = None
+        self._ended = False  # the stream has ended: a late cancel or time limit changes nothing
         self._events = self._run()
         self.cancel_requested_at: float | None = None
 
@@ -316,7 +331,7 @@ class Generation:
 
     def _stop(self, reason: FinishReason) -> None:
         with self._state_lock:
-            if self._stop_reason is not None:
+            if self._stop_reason is not None or self._ended:
                 return
             self._stop_reason = reason
             if reason is FinishReason.CANCELLED:
@@ -377,6 +392,8 @@ class Generation:
                 raise EngineError("generation failed", tap.reason_since(mark) or str(exc)) from exc
             finally:
                 timer.cancel()
+                with self._state_lock:
+                    self._ended = True
             reply = "".join(parts)
             finished = self._finished(
                 reply, started, first_token_at, conversation, tokens_before, conversation.token_count, reused=reused

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -152,8 +153,11 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             generation = self._engine.generate(to_engine_request(request, self._defaults))
             async with self._admission.admit():
                 queue_wait = time.monotonic() - started
-                async for event in self._stream(generation, queue_wait):
-                    yield event
+                # aclosing: if the call ends while we wait at `yield`, the inner stream is closed
+                # here and now (cancel + drain), not whenever the garbage collector gets to it.
+                async with contextlib.aclosing(self._stream(generation, queue_wait)) as events:
+                    async for event in events:
+                        yield event
         except InvalidInput as exc:
             code = grpc.StatusCode.INVALID_ARGUMENT
             REFUSED.labels("invalid").inc()
