@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from prometheus_client import Histogram
 
-from services.common import config, grpc_server, logs
+from services.common import config, grpc_server, logs, metrics
 from services.tts import models
 from services.tts.engine import InvalidInput, create_engine, default_backend
 from services.tts.text import Sentence
