@@ -1,0 +1,135 @@
+"""Drives the page in Debian's headless Chromium (Python playwright, no downloaded browser) through a scripted
+conversation, and records what the browser did: console, requests, screenshots, the page's debug state.
+
+The fake microphone plays one WAV from the moment capture opens, so the timeline of the conversation is fixed by
+the fixture (see SPEECH): the first question, then, while the answer plays, the user talks over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
+
+CHROMIUM = os.environ.get("SOTTO_CHROMIUM", "/usr/bin/chromium")
+
+# (start s, text): leading silence covers page start-up (VAD model and WASM load); the second utterance starts
+# while the first answer (6 s of audio) is still playing.
+SPEECH = [
+    (4.0, "What is on the table in front of me?"),
+    (9.5, "Wait what colour is the cup"),
+]
+SPEECH_TOTAL_S = 14.0
+REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
+
+
+def chromium_args(speech_wav: Path, camera_y4m: Path) -> list[str]:
+    # The profile is a fresh temporary --user-data-dir made by playwright for each launch.
+    return [
+        "--no-sandbox",  # tests run as root in a container
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        # without these Chromium keeps calling home, which floods a closed network
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={speech_wav}%noloop",
+        f"--use-file-for-fake-video-capture={camera_y4m}",
+    ]
+
+
+@dataclass
+class BrowserLog:
+    console_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def attach(self, page: Page) -> None:
+        page.on("console", self._console)
+        page.on("pageerror", lambda err: self.console_errors.append(f"pageerror: {err}"))
+        page.on("request", self._request)
+        page.on("requestfailed", lambda r: self.failed.append(f"{r.url}: {r.failure}"))
+        page.on("response", self._response)
+        page.on("websocket", lambda ws: self.requests.append(ws.url))
+
+    def _console(self, msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            self.console_errors.append(msg.text)
+
+    def _request(self, request: Request) -> None:
+        self.requests.append(request.url)
+
+    def _response(self, response: Response) -> None:
+        if response.status >= 400:
+            self.failed.append(f"{response.url}: HTTP {response.status}")
+
+
+@dataclass
+class ConversationRun:
+    log: BrowserLog
+    played_while_speaking: list[int]
+    speaking_screenshot: Path
+    transcript: list[str]
+    latency_text: str
+    events: list[dict]
+    state_after: str
+    seconds: float
+
+
+async def debug(page: Page, name: str):
+    return await page.evaluate(f"window.sottoDebug.{name}")
+
+
+async def wait_for_events(page: Page, direction: str, kind: str, count: int, timeout_s: float) -> None:
+    await page.wait_for_function(
+        "([dir, type, n]) => window.sottoDebug.events.filter(e => e.dir === dir && e.type === type).length >= n",
+        arg=[direction, kind, count], timeout=timeout_s * 1000)
+
+
+async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path) -> ConversationRun:
+    started = time.monotonic()
+    log = BrowserLog()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                           args=chromium_args(speech_wav, camera_y4m))
+        try:
+            page = await browser.new_page(viewport={"width": 1100, "height": 800})
+            log.attach(page)
+            await page.goto(base_url)
+            await page.get_by_role("button", name="Start").click()
+
+            # The first answer plays: the worklet's played-sample counter rises.
+            await page.wait_for_function(
+                "window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800", timeout=30_000)
+            played = [await debug(page, "playedSamples")]
+            for _ in range(3):
+                await asyncio.sleep(0.3)
+                played.append(await debug(page, "playedSamples"))
+            screenshot = artifacts / "speaking.png"
+            await page.screenshot(path=str(screenshot), full_page=True)
+
+            # The second utterance barges in, and its own answer completes.
+            await wait_for_events(page, "out", "interrupt", 1, timeout_s=20)
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=30)
+
+            # A typed turn.
+            await page.get_by_label("Type a message").fill("Hello from the keyboard")
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20)
+            await page.wait_for_function("window.sottoDebug.state === 'listening'", timeout=10_000)
+
+            transcript = await page.locator("#transcript li").all_inner_texts()
+            latency = await page.locator("#latency").inner_text()
+            events = await debug(page, "events")
+            state = await debug(page, "state")
+            await page.screenshot(path=str(artifacts / "after.png"), full_page=True)
+        finally:
+            await browser.close()
+    return ConversationRun(log, played, screenshot, transcript, latency, events, state, time.monotonic() - started)
