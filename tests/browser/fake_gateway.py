@@ -173,6 +173,7 @@ async def _ws_handler(request: web.Request) -> web.WebSocketResponse:
                 if message.get("type") == "session.start":
                     recorder.sessions += 1
                     await ws.send_json(session_ready(recorder.sessions, message))
+                    await ws.send_json({"type": "health", "service": "llm", "status": "SERVING"})
                 else:
                     await session.handle(message)
     finally:

@@ -27,18 +27,23 @@ SPEECH_TOTAL_S = 14.0
 REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
 
 
+# The profile is a fresh temporary --user-data-dir made by playwright for each launch.
+BASE_ARGS = [
+    "--no-sandbox",  # tests run as root in a container
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # without these Chromium keeps calling home, which floods a closed network
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 def chromium_args(speech_wav: Path, camera_y4m: Path) -> list[str]:
-    # The profile is a fresh temporary --user-data-dir made by playwright for each launch.
     return [
-        "--no-sandbox",  # tests run as root in a container
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        # without these Chromium keeps calling home, which floods a closed network
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--use-fake-ui-for-media-stream",
+        *BASE_ARGS,
+        "--use-fake-ui-for-media-stream",  # grant mic and camera without a prompt
         "--use-fake-device-for-media-stream",
         f"--use-file-for-fake-audio-capture={speech_wav}%noloop",
         f"--use-file-for-fake-video-capture={camera_y4m}",
@@ -133,3 +138,56 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
         finally:
             await browser.close()
     return ConversationRun(log, played, screenshot, transcript, latency, events, state, time.monotonic() - started)
+
+
+@dataclass
+class TextOnlyRun:
+    log: BrowserLog
+    alerts: str
+    camera_status: str
+    transcript: list[str]
+    connection_texts: list[str]
+    health: str
+
+
+# Without --use-fake-ui-for-media-stream headless Chromium denies the permission prompt; with it but without fake
+# devices, this (device-less) machine has no microphone or camera to give.
+NO_MIC_ARGS = {
+    "denied": [*BASE_ARGS, "--use-fake-device-for-media-stream"],
+    "missing": [*BASE_ARGS, "--use-fake-ui-for-media-stream"],
+}
+
+
+async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun:
+    """Start without a usable microphone, type a turn, then have the server drop the socket and reconnect."""
+    log = BrowserLog()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=NO_MIC_ARGS[mode])
+        try:
+            page = await browser.new_page()
+            log.attach(page)
+            connection_texts: list[str] = []
+            await page.expose_function("recordConnection", lambda text: connection_texts.append(text))
+            await page.goto(base_url)
+            await page.evaluate("""new MutationObserver(() => window.recordConnection(
+                document.getElementById('connection').textContent)).observe(
+                document.getElementById('connection'), {childList: true, characterData: true, subtree: true})""")
+            await page.get_by_role("button", name="Start").click()
+            await page.wait_for_function("window.sottoDebug.events.some(e => e.type === 'session.ready')")
+            await page.get_by_label("Type a message").fill("Typed without a microphone")
+            await page.get_by_role("button", name="Send").click()
+            await wait_for_events(page, "in", "turn.done", 1, timeout_s=20)
+            await page.get_by_label("Type a message").fill(drop_text)
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "session.ready", 2, timeout_s=20)
+            await page.wait_for_function("!document.getElementById('text-input').disabled")
+            return TextOnlyRun(
+                log=log,
+                alerts=await page.locator("#alerts").inner_text(),
+                camera_status=await page.locator("#camera-status").inner_text(),
+                transcript=await page.locator("#transcript li").all_inner_texts(),
+                connection_texts=connection_texts,
+                health=await page.locator("#health").inner_text(),
+            )
+        finally:
+            await browser.close()

@@ -41,9 +41,9 @@ export function showCameraStatus(text) {
   $("camera-status").textContent = text;
 }
 
+// A toggle button keeps its name and says its state through aria-pressed (styled in CSS).
 export function showCameraToggle(on) {
   elements.cameraToggle.setAttribute("aria-pressed", String(on));
-  elements.cameraToggle.textContent = on ? "Camera on" : "Camera off";
 }
 
 export function showHealth(service, status) {
