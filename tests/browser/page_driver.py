@@ -181,6 +181,10 @@ async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun
             await page.get_by_label("Type a message").press("Enter")
             await wait_for_events(page, "in", "session.ready", 2, timeout_s=20)
             await page.wait_for_function("!document.getElementById('text-input').disabled")
+            # A new voice is sent in session.start: the page opens a new session with it.
+            await page.get_by_label("Voice").select_option("jm_kumo")
+            await wait_for_events(page, "in", "session.ready", 3, timeout_s=20)
+            await page.wait_for_function("!document.getElementById('text-input').disabled")
             return TextOnlyRun(
                 log=log,
                 alerts=await page.locator("#alerts").inner_text(),

@@ -1,5 +1,5 @@
 """Without a usable microphone (permission denied, or no device) the page says so clearly and still works by text;
-when the socket drops it reconnects with backoff and opens a new session."""
+when the socket drops it reconnects with backoff and opens a new session; a new voice opens a new session too."""
 
 from __future__ import annotations
 
@@ -36,8 +36,9 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     assert "llm: serving" in result.health
 
     starts = recorder.of_type("session.start")
-    assert len(starts) == 2, "no reconnection after the socket dropped"
+    assert len(starts) == 3, "no reconnection after the socket dropped, or no new session for the new voice"
     assert starts[0] == {"type": "session.start", "protocol": 1, "sample_rate": 16000, "client_vad": False,
                          "camera": False}
+    assert "voice" not in starts[1] and starts[2]["voice"] == "jm_kumo"
     assert any(text.startswith("Connection lost — reconnecting in") for text in result.connection_texts)
     assert result.connection_texts[-1] == "Connected — model fake"

@@ -23,7 +23,9 @@ const page = {
   speakingTurn: null, // turn_id whose audio is in the player
   droppedTurns: new Set(), // interrupted turns: their late audio is ignored
   heardAfterMs: new Map(), // turn_id -> client-side time to first audio
+  doneTurns: new Set(), // turn.done received
   lastPlaybackReport: 0,
+  lastReportedPlayed: null,
   pausedForSpeech: false,
   restartForVoice: false,
   jpegTimer: null,
@@ -122,11 +124,14 @@ async function sendJpeg() {
 async function interrupt() {
   const turnId = page.speakingTurn ?? page.generatingTurn;
   if (turnId === null) return;
+  const wasPlaying = page.speakingTurn === turnId;
   page.droppedTurns.add(turnId);
   page.speakingTurn = null;
   updateState();
-  const { played } = await player.stop();
-  send({ type: "interrupt", turn_id: turnId, played_samples: played ?? 0 });
+  const played = wasPlaying ? (await player.stop()).played : player.playedOf(turnId);
+  send({ type: "interrupt", turn_id: turnId, played_samples: played });
+  // The server may have closed the turn already (all audio sent): say here that the rest went unheard.
+  if (page.doneTurns.has(turnId)) ui.markStoppedEarly(turnId);
 }
 
 // --- the server answers ----------------------------------------------------------------------------------------
@@ -137,6 +142,9 @@ const handlers = {
     const voice = localStorage.getItem(VOICE_KEY) || m.voice;
     ui.showVoices(m.voices ?? [], voice);
     ui.enableInput(true);
+    if (document.activeElement === document.body || document.activeElement === ui.elements.start) {
+      ui.elements.textInput.focus(); // Start is disabled now; keep keyboard users somewhere useful
+    }
     const model = m.model ?? {};
     ui.showConnection(`Connected — model ${model.name ?? "?"}${model.fallback ? " (fallback)" : ""}`);
     if (model.note) ui.showAlert(model.note, "busy");
@@ -162,6 +170,7 @@ const handlers = {
     if (m.turn_id === page.speakingTurn) player.endTurn();
   },
   "turn.done": (m) => {
+    page.doneTurns.add(m.turn_id);
     ui.finishAssistantTurn(m.turn_id, { text: m.text, heardText: m.heard_text, interrupted: m.interrupted });
     ui.showTurnTimings(m.turn_id, m.timings, page.heardAfterMs.get(m.turn_id) ?? null);
     if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
@@ -176,6 +185,11 @@ const handlers = {
   },
   error: (m) => {
     ui.showAlert(`Error (${m.code}): ${m.message}`);
+    // A protocol error means this page and the server disagree: retrying the same session.start cannot help.
+    if (m.code === "protocol") {
+      connection.stop();
+      ui.showConnection("The server refused this page's session. Reload the page; if it persists, update Sotto.");
+    }
     page.awaitingReply = false;
     updateState();
   },
@@ -213,8 +227,9 @@ player.addEventListener("progress", (ev) => {
   if (played > 0 && !page.heardAfterMs.has(turnId) && page.replyClock !== null) {
     page.heardAfterMs.set(turnId, Date.now() - page.replyClock);
   }
-  if (Date.now() - page.lastPlaybackReport >= PLAYBACK_REPORT_MS) {
+  if (played !== page.lastReportedPlayed && Date.now() - page.lastPlaybackReport >= PLAYBACK_REPORT_MS) {
     page.lastPlaybackReport = Date.now();
+    page.lastReportedPlayed = played;
     send({ type: "playback", turn_id: turnId, played_samples: played });
   }
 });

@@ -65,11 +65,16 @@ export class Player extends EventTarget {
     if (this.node) this.node.port.postMessage({ type: "resume" });
   }
 
+  // Samples of `turnId` played so far, as last reported (0 for a turn whose audio never started).
+  playedOf(turnId) {
+    return this.lastReport && this.lastReport.turnId === turnId ? this.lastReport.played : 0;
+  }
+
   // Stops at once; resolves to {turnId, played} as counted by the worklet at the moment it stopped.
   stop() {
     const turnId = this.turnId;
     this.turnId = null;
-    if (!this.node || turnId === null) return Promise.resolve({ turnId, played: this.played });
+    if (!this.node || turnId === null) return Promise.resolve({ turnId, played: this.playedOf(turnId) });
     return new Promise((resolve) => {
       this.stopWaiters.push(resolve);
       this.node.port.postMessage({ type: "stop" });

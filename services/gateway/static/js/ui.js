@@ -152,6 +152,15 @@ export function finishAssistantTurn(turnId, { text, heardText, interrupted }) {
   li.append(mark);
 }
 
+export function markStoppedEarly(turnId) {
+  const li = assistantEntry(turnId);
+  if (li.querySelector(".mark")) return;
+  const mark = document.createElement("span");
+  mark.className = "mark";
+  mark.textContent = "(stopped before the end)";
+  li.querySelector(".text").after(mark);
+}
+
 // --- latency ----------------------------------------------------------------------------------------------------
 
 const STAGES = [
