@@ -35,6 +35,7 @@ class Media:
 class Conversation:
     run: page_driver.ConversationRun
     recorder: fake_gateway.Recorder
+    media: Media
 
 
 @pytest.fixture(scope="session")
@@ -85,4 +86,4 @@ def conversation(vendor_dir: Path, media: Media, artifacts: Path) -> Iterator[Co
 
     result = asyncio.run(run())
     print(f"browser conversation: {result.seconds:.1f} s, screenshots in {artifacts}")
-    yield Conversation(result, recorder)
+    yield Conversation(result, recorder, media)

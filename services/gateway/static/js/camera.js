@@ -1,6 +1,6 @@
 // The optional camera: a live preview and JPEG snapshots no larger than 640 px on the long side.
 
-import { describeMediaError, UserFacingError } from "./capture.js";
+import { describeMediaError, UserFacingError } from "./media-errors.js";
 
 const MAX_SIDE = 640;
 const JPEG_QUALITY = 0.8;

@@ -8,6 +8,9 @@
 //   onSpeechEnd(ms)       the VAD heard the end of speech: send audio.end
 // Audio leaves the page only between onSpeechConfirmed and onSpeechEnd (plus the pre-roll), so a misfire sends nothing.
 
+import { createAudioContext } from "./audio-context.js";
+import { describeMediaError, UserFacingError } from "./media-errors.js";
+
 const VENDOR = "/vendor/";
 const FRAME_SAMPLES = 512; // Silero v5 at 16 kHz
 const FRAME_MS = (FRAME_SAMPLES / 16000) * 1000; // 32 ms
@@ -40,36 +43,6 @@ export async function openMicrophone() {
   }
 }
 
-export function describeMediaError(err, device) {
-  switch (err && err.name) {
-    case "NotAllowedError":
-    case "SecurityError":
-      return `Access to the ${device} was denied. Allow it in the site settings (the icon at the left of the address bar), then press Start again.`;
-    case "NotFoundError":
-    case "OverconstrainedError":
-      return `No ${device} was found. Connect one, then press Start again.`;
-    case "NotReadableError":
-    case "AbortError":
-      return `The ${device} is in use by another application or could not be opened.`;
-    default:
-      return `The ${device} could not be opened (${(err && err.message) || err}).`;
-  }
-}
-
-export class UserFacingError extends Error {}
-
-// An AudioContext for capture. At 16 kHz when the browser allows it, so the browser's own resampler (band-limited)
-// converts the mic rate, and vad-web's worklet resampler (a plain average of neighbouring samples) becomes a no-op.
-// Created after getUserMedia: some browsers pick the device rate only once capture is open.
-export function createAudioContext(options) {
-  const Ctor = window.AudioContext || window.webkitAudioContext; // webkit prefix: Safari before 14.1
-  try {
-    return new Ctor(options);
-  } catch {
-    return new Ctor(); // a browser that refuses the sample rate option resamples in vad-web's worklet instead
-  }
-}
-
 export class SpeechCapture {
   constructor(handlers) {
     this.handlers = handlers;
@@ -82,32 +55,50 @@ export class SpeechCapture {
     this.context = null;
   }
 
+  // Loads the model and the WASM runtime before any microphone is open, so Start is quick.
+  preload() {
+    if (!window.vad || !window.ort) {
+      return Promise.reject(new UserFacingError("The voice detector files did not load from /vendor/."));
+    }
+    this.loading ??= window.vad.MicVAD.new(this._options()).catch((err) => {
+      this.loading = null; // let Start try again
+      throw err;
+    });
+    return this.loading;
+  }
+
   async start(stream) {
-    if (!window.vad || !window.ort) throw new UserFacingError("The voice detector files did not load from /vendor/.");
+    // At 16 kHz where possible: the browser's band-limited resampler then converts the mic rate, and vad-web's
+    // worklet resampler (a plain average of neighbouring samples) has nothing to do. Created after getUserMedia:
+    // some browsers settle the device rate only once capture is open.
     for (const rate of [16000, undefined]) {
-      this.context = createAudioContext(rate ? { sampleRate: rate } : undefined);
+      const micVad = await this.preload();
+      this.loading = null; // a failed start leaves a MicVAD unusable; a retry loads a fresh one (HTTP-cached)
+      this.context = createAudioContext(rate);
+      // MicVAD reads these two options only in start(); they exist only now.
+      micVad.options.audioContext = this.context;
+      micVad.options.getStream = async () => stream;
       try {
-        this.micVad = await window.vad.MicVAD.new(this._options(stream));
+        await micVad.start();
+        this.micVad = micVad;
         break;
       } catch (err) {
-        // e.g. a browser that cannot connect a 48 kHz mic to a 16 kHz context: retry at the native rate
         await this.context.close();
-        if (rate === undefined) throw err;
+        if (rate === undefined || this.context.sampleRate !== rate) throw err;
+        // a browser that cannot feed the mic into a 16 kHz context: retry at the device rate
       }
     }
     await this.context.resume();
   }
 
-  _options(stream) {
+  _options() {
     return {
       model: "v5",
       baseAssetPath: VENDOR,
       onnxWASMBasePath: VENDOR,
-      audioContext: this.context,
-      getStream: async () => stream,
       pauseStream: async () => {},
       resumeStream: async (s) => s,
-      startOnLoad: true,
+      startOnLoad: false,
       ortConfig: (ort) => {
         ort.env.logLevel = "error";
         ort.env.wasm.numThreads = 1; // a tiny model; threads would need cross-origin isolation for no gain

@@ -26,6 +26,7 @@ const page = {
   doneTurns: new Set(), // turn.done received
   lastPlaybackReport: 0,
   lastReportedPlayed: null,
+  lastUtteranceMs: null, // client-measured length of the last utterance sent
   pausedForSpeech: false,
   restartForVoice: false,
   jpegTimer: null,
@@ -89,8 +90,8 @@ function onMisfire() {
 }
 
 function onSpeechConfirmed() {
+  void interrupt(); // while paused for speech this sends at once, before the utterance's first audio frame
   page.pausedForSpeech = false;
-  void interrupt();
   void sendJpeg();
   clearInterval(page.jpegTimer);
   page.jpegTimer = setInterval(sendJpeg, JPEG_INTERVAL_MS);
@@ -128,7 +129,9 @@ async function interrupt() {
   page.droppedTurns.add(turnId);
   page.speakingTurn = null;
   updateState();
-  const played = wasPlaying ? (await player.stop()).played : player.playedOf(turnId);
+  let played = player.playedOf(turnId); // exact when paused for speech: the worklet reports as it pauses
+  if (wasPlaying && page.pausedForSpeech) void player.stop();
+  else if (wasPlaying) played = (await player.stop()).played;
   send({ type: "interrupt", turn_id: turnId, played_samples: played });
   // The server may have closed the turn already (all audio sent): say here that the rest went unheard.
   if (page.doneTurns.has(turnId)) ui.markStoppedEarly(turnId);
@@ -139,8 +142,9 @@ async function interrupt() {
 const handlers = {
   "session.ready": (m) => {
     page.droppedTurns.clear();
-    const voice = localStorage.getItem(VOICE_KEY) || m.voice;
-    ui.showVoices(m.voices ?? [], voice);
+    const voices = m.voices ?? [];
+    if (!voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
+    ui.showVoices(voices, localStorage.getItem(VOICE_KEY) || m.voice);
     ui.enableInput(true);
     if (document.activeElement === document.body || document.activeElement === ui.elements.start) {
       ui.elements.textInput.focus(); // Start is disabled now; keep keyboard users somewhere useful
@@ -250,12 +254,14 @@ async function start() {
   ui.clearAlerts();
   ui.showState("starting");
   if (!page.micReady) {
+    let stream = null;
     try {
-      const stream = await openMicrophone();
+      stream = await openMicrophone();
       if (!player.context) await player.init(); // after getUserMedia, still inside the Start click
       await capture.start(stream);
       page.micReady = true;
     } catch (err) {
+      for (const track of stream?.getTracks() ?? []) track.stop(); // no recording light without a listener
       ui.showAlert(`${err.message} You can still type your messages.`);
     }
   }
@@ -266,7 +272,7 @@ async function start() {
   }
   if (ui.elements.cameraToggle.getAttribute("aria-pressed") === "true") await startCamera();
   if (!page.started) connection.start();
-  else if (page.micReady) connection.restart(); // tell the server a microphone is now in use
+  else if (page.micReady) connection.restart(); // a new session, whose session.start says the microphone is on
   page.started = true;
   page.state = null;
   updateState();
@@ -312,14 +318,14 @@ ui.elements.voice.addEventListener("change", () => {
   maybeRestartForVoice();
 });
 
-ui.elements.textForm.addEventListener("submit", (ev) => {
+ui.elements.textForm.addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const text = ui.elements.textInput.value.trim();
   if (!text) return;
-  void interrupt();
+  ui.elements.textInput.value = "";
+  await interrupt(); // a new question replaces an answer still playing
   ui.addUserTurn(text);
   send({ type: "text", text });
-  ui.elements.textInput.value = "";
   page.awaitingReply = true;
   page.replyClock = Date.now();
   updateState();
@@ -331,6 +337,9 @@ document.addEventListener("keydown", (ev) => {
 });
 
 window.addEventListener("unhandledrejection", (ev) => ui.showAlert(`Unexpected error: ${ev.reason?.message ?? ev.reason}`));
+
+// The voice detector loads while the user reads the page; a failure is reported when they press Start.
+capture.preload().catch(() => {});
 
 exposeDebug({
   playedSamples: () => player.totalPlayed,

@@ -2,11 +2,11 @@
 //
 // Events (EventTarget): 'progress', 'drained', 'stopped' with detail {turnId, played, playing}.
 
-import { createAudioContext } from "./capture.js";
+import { createAudioContext } from "./audio-context.js";
 
 const WORKLET_URL = "/static/js/player-worklet.js";
-// Kokoro's rate. The context runs at the reply's rate when the browser allows it, so the browser's band-limited
-// resampler converts to the device rate; the worklet only interpolates if a turn announces another rate.
+// Kokoro's rate. The context runs at the reply's rate where that is safe (audio-context.js), so the browser's
+// band-limited resampler converts to the device rate; otherwise the worklet interpolates.
 const PREFERRED_RATE = 24000;
 
 export class Player extends EventTarget {
@@ -23,7 +23,7 @@ export class Player extends EventTarget {
 
   // Call from a user gesture (the Start button) so autoplay policies let the context run.
   async init() {
-    this.context = createAudioContext({ sampleRate: PREFERRED_RATE, latencyHint: "interactive" });
+    this.context = createAudioContext(PREFERRED_RATE);
     if (!this.context.audioWorklet || typeof AudioWorkletNode !== "function") {
       throw new Error("This browser cannot play the answers (no AudioWorklet: Chrome 66+ or Safari 14.1+ needed).");
     }
