@@ -193,6 +193,11 @@ def session_ready(number: int, start: dict) -> dict:
     }
 
 
+# The page runs under this policy (recommended for the real gateway too): nothing but its own origin, and WASM
+# compilation for onnxruntime-web. 'self' covers the same-origin ws:// socket.
+PAGE_CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'; img-src 'self' data:; "
+            "media-src 'self' blob:; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
+
 RECORDER = web.AppKey("recorder", Recorder)
 SCRIPT = web.AppKey("script", Script)
 
@@ -204,7 +209,7 @@ def create_app(static_dir: Path, vendor_dir: Path, recorder: Recorder, script: S
     app[SCRIPT] = script
 
     async def index(_: web.Request) -> web.FileResponse:
-        return web.FileResponse(static_dir / "index.html")
+        return web.FileResponse(static_dir / "index.html", headers={"Content-Security-Policy": PAGE_CSP})
 
     app.router.add_get("/", index)
     app.router.add_get("/ws", _ws_handler)

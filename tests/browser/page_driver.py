@@ -92,6 +92,7 @@ async def debug(page: Page, name: str):
     return await page.evaluate(f"window.sottoDebug.{name}")
 
 
+# Conditions are written as functions: a bare expression would be eval'ed in the page, which its CSP forbids.
 async def wait_for_events(page: Page, direction: str, kind: str, count: int, timeout_s: float) -> None:
     await page.wait_for_function(
         "([dir, type, n]) => window.sottoDebug.events.filter(e => e.dir === dir && e.type === type).length >= n",
@@ -112,7 +113,7 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
 
             # The first answer plays: the worklet's played-sample counter rises.
             await page.wait_for_function(
-                "window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800", timeout=30_000)
+                "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800", timeout=30_000)
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)
@@ -128,7 +129,7 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             await page.get_by_label("Type a message").fill("Hello from the keyboard")
             await page.get_by_label("Type a message").press("Enter")
             await wait_for_events(page, "in", "turn.done", 3, timeout_s=20)
-            await page.wait_for_function("window.sottoDebug.state === 'listening'", timeout=10_000)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=10_000)
 
             transcript = await page.locator("#transcript li").all_inner_texts()
             latency = await page.locator("#latency").inner_text()
@@ -173,18 +174,18 @@ async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun
                 document.getElementById('connection').textContent)).observe(
                 document.getElementById('connection'), {childList: true, characterData: true, subtree: true})""")
             await page.get_by_role("button", name="Start").click()
-            await page.wait_for_function("window.sottoDebug.events.some(e => e.type === 'session.ready')")
+            await page.wait_for_function("() => window.sottoDebug.events.some(e => e.type === 'session.ready')")
             await page.get_by_label("Type a message").fill("Typed without a microphone")
             await page.get_by_role("button", name="Send").click()
             await wait_for_events(page, "in", "turn.done", 1, timeout_s=20)
             await page.get_by_label("Type a message").fill(drop_text)
             await page.get_by_label("Type a message").press("Enter")
             await wait_for_events(page, "in", "session.ready", 2, timeout_s=20)
-            await page.wait_for_function("!document.getElementById('text-input').disabled")
+            await page.wait_for_function("() => !document.getElementById('text-input').disabled")
             # A new voice is sent in session.start: the page opens a new session with it.
             await page.get_by_label("Voice").select_option("jm_kumo")
             await wait_for_events(page, "in", "session.ready", 3, timeout_s=20)
-            await page.wait_for_function("!document.getElementById('text-input').disabled")
+            await page.wait_for_function("() => !document.getElementById('text-input').disabled")
             return TextOnlyRun(
                 log=log,
                 alerts=await page.locator("#alerts").inner_text(),
