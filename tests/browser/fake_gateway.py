@@ -4,7 +4,8 @@ It records every message and frame the page sends, so tests can check what the b
 (after `audio.end` or `text`) streams three sentences of text and a sine wave as PCM16 audio-out frames, paced at
 twice real time like a TTS that runs ahead of playback; `interrupt` cancels it and `turn.done` then carries the
 sentences whose audio had started playing as `heard_text`. `turn.done` waits for the page's final `playback`
-report (or the interrupt), so `heard_text` is what the listener heard. Typing DROP_SOCKET makes it close the socket.
+report (or the interrupt), so `heard_text` is what the listener heard. Typing DROP_SOCKET makes it close the socket;
+typing a key of SCRIPTED_FAILURES gets that busy/error event instead of a turn.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CHUNK = 2048
 SENTENCES = ("The table holds a red cup. ", "Next to it lies a blue notebook. ", "A pen rests on top of it.")
 VOICES = ["jf_alpha", "jf_gongitsune", "jm_kumo"]
 DROP_SOCKET = "/test-drop-socket"  # a typed text that makes the fake close the socket (reconnection test)
+SCRIPTED_FAILURES = {  # typed texts answered by a failure instead of a turn
+    "/test-busy": {"type": "busy", "message": "2 requests are already running; try again in a moment"},
+    "/test-error": {"type": "error", "code": "unavailable", "message": "the llm service is down"},
+}
 
 
 @dataclass
@@ -91,6 +96,9 @@ class _Session:
         kind = message.get("type")
         if kind == "text" and message.get("text") == DROP_SOCKET:
             await self.ws.close(code=1011, message=b"test: dropped")
+        elif kind == "text" and message.get("text") in SCRIPTED_FAILURES:
+            await self.ws.send_json({"turn_id": f"t{self.turns}", **SCRIPTED_FAILURES[message["text"]]})
+            self.turns += 1
         elif kind in ("audio.end", "text"):
             await self._finish_turn()
             audio_ms = self._utterance_ms() if kind == "audio.end" else 0

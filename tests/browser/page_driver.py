@@ -159,8 +159,9 @@ NO_MIC_ARGS = {
 }
 
 
-async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun:
-    """Start without a usable microphone, type a turn, then have the server drop the socket and reconnect."""
+async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text: str) -> TextOnlyRun:
+    """Start without a usable microphone, type a turn, then texts the server answers with failures, then one that
+    makes it drop the socket; the page reconnects; then pick another voice."""
     log = BrowserLog()
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=NO_MIC_ARGS[mode])
@@ -178,6 +179,12 @@ async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun
             await page.get_by_label("Type a message").fill("Typed without a microphone")
             await page.get_by_role("button", name="Send").click()
             await wait_for_events(page, "in", "turn.done", 1, timeout_s=20)
+            for failure in failures:
+                await page.get_by_label("Type a message").fill(failure)
+                await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "error", 1, timeout_s=10)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'")
+            alerts = await page.locator("#alerts").inner_text()
             await page.get_by_label("Type a message").fill(drop_text)
             await page.get_by_label("Type a message").press("Enter")
             await wait_for_events(page, "in", "session.ready", 2, timeout_s=20)
@@ -188,7 +195,7 @@ async def run_text_only(base_url: str, mode: str, drop_text: str) -> TextOnlyRun
             await page.wait_for_function("() => !document.getElementById('text-input').disabled")
             return TextOnlyRun(
                 log=log,
-                alerts=await page.locator("#alerts").inner_text(),
+                alerts=alerts,
                 camera_status=await page.locator("#camera-status").inner_text(),
                 transcript=await page.locator("#transcript li").all_inner_texts(),
                 connection_texts=connection_texts,

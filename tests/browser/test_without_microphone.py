@@ -1,5 +1,6 @@
 """Without a usable microphone (permission denied, or no device) the page says so clearly and still works by text;
-when the socket drops it reconnects with backoff and opens a new session; a new voice opens a new session too."""
+busy and error events are shown; when the socket drops it reconnects with backoff and opens a new session; a new
+voice opens a new session too."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     async def run() -> page_driver.TextOnlyRun:
         async with serve_fake_gateway(vendor_dir, recorder, fake_gateway.Script([1.0])) as url:
             return await asyncio.wait_for(
-                page_driver.run_text_only(url, mode, fake_gateway.DROP_SOCKET), timeout=60)
+                page_driver.run_text_only(url, mode, ["/test-busy", "/test-error"], fake_gateway.DROP_SOCKET),
+                timeout=60)
 
     result = asyncio.run(run())
     mic_message, camera_message = EXPECTED[mode]
     assert mic_message in result.alerts and "You can still type" in result.alerts
+    assert "Busy: 2 requests are already running" in result.alerts
+    assert "Error (unavailable): the llm service is down" in result.alerts
     assert camera_message in result.camera_status and "Continuing without the camera" in result.camera_status
     assert result.transcript[0] == "You:Typed without a microphone"
     assert result.transcript[1].startswith("Sotto:The table holds a red cup.")
