@@ -36,6 +36,7 @@ export class Connection extends EventTarget {
   // Closes the current socket and opens a new session right away (used to apply a new voice).
   restart() {
     clearTimeout(this.retryTimer);
+    this.stopped = false;
     this.failures = 0;
     if (this.ws && this.ws.readyState <= WebSocket.OPEN) {
       this.ws.onclose = null;
