@@ -3,6 +3,10 @@
 The conversation runs once per module (the fake microphone plays its WAV once per browser launch); each test then
 checks one property of what the page and the fake server recorded. Screenshots go to the pytest temporary folder
 (printed by `pytest -s`), or to $SOTTO_TEST_ARTIFACTS when set.
+
+By default the page is served by tests/browser/fake_gateway.py. With SOTTO_BROWSER_GATEWAY_URL (e.g.
+http://127.0.0.1:8000/) the conversation runs against that server instead; checks that need the fake's recording of
+the wire, or its scripted answers, are then skipped.
 """
 
 from __future__ import annotations
@@ -31,11 +35,20 @@ class Media:
     utterance_ends_s: dict[str, float]
 
 
+EXTERNAL_URL = os.environ.get("SOTTO_BROWSER_GATEWAY_URL")
+
+
 @dataclass
 class Conversation:
     run: page_driver.ConversationRun
-    recorder: fake_gateway.Recorder
+    recorder_or_none: fake_gateway.Recorder | None
     media: Media
+
+    @property
+    def recorder(self) -> fake_gateway.Recorder:
+        if self.recorder_or_none is None:
+            pytest.skip("needs the fake gateway's recording (SOTTO_BROWSER_GATEWAY_URL is set)")
+        return self.recorder_or_none
 
 
 @pytest.fixture(scope="session")
@@ -77,12 +90,17 @@ async def serve_fake_gateway(vendor: Path, recorder: fake_gateway.Recorder,
 
 @pytest.fixture(scope="module")
 def conversation(vendor_dir: Path, media: Media, artifacts: Path) -> Iterator[Conversation]:
-    recorder = fake_gateway.Recorder()
+    recorder = None if EXTERNAL_URL else fake_gateway.Recorder()
+
+    async def converse(url: str) -> page_driver.ConversationRun:
+        return await asyncio.wait_for(
+            page_driver.run_conversation(url, media.speech_wav, media.camera_y4m, artifacts), timeout=120)
 
     async def run() -> page_driver.ConversationRun:
+        if EXTERNAL_URL:
+            return await converse(EXTERNAL_URL)
         async with serve_fake_gateway(vendor_dir, recorder, fake_gateway.Script(page_driver.REPLY_SECONDS)) as url:
-            return await asyncio.wait_for(
-                page_driver.run_conversation(url, media.speech_wav, media.camera_y4m, artifacts), timeout=120)
+            return await converse(url)
 
     result = asyncio.run(run())
     print(f"browser conversation: {result.seconds:.1f} s, screenshots in {artifacts}")

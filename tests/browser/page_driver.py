@@ -84,6 +84,8 @@ class ConversationRun:
     transcript: list[str]
     latency_text: str
     events: list[dict]
+    frames_sent: dict[str, int]
+    unheard_first_answer: str
     state_after: str
     seconds: float
 
@@ -135,10 +137,13 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             latency = await page.locator("#latency").inner_text()
             events = await debug(page, "events")
             state = await debug(page, "state")
+            frames_sent = await debug(page, "framesSent")
+            unheard = await page.locator("#transcript li.assistant").first.locator(".unheard").all_inner_texts()
             await page.screenshot(path=str(artifacts / "after.png"), full_page=True)
         finally:
             await browser.close()
-    return ConversationRun(log, played, screenshot, transcript, latency, events, state, time.monotonic() - started)
+    return ConversationRun(log, played, screenshot, transcript, latency, events, frames_sent, "".join(unheard),
+                           state, time.monotonic() - started)
 
 
 @dataclass

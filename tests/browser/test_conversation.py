@@ -1,7 +1,8 @@
-"""The page in headless Chromium, fake mic (espeak-ng) and camera (Y4M), against the fake gateway.
+"""The page in headless Chromium, fake mic (espeak-ng) and camera (Y4M), against the fake gateway (or any gateway).
 
 Scripted timeline (page_driver.SPEECH): the user asks a question; while the 6 s answer plays, they talk over it;
-that utterance gets a short answer; then they type a message.
+that utterance gets a short answer; then they type a message. The first group of tests checks what the page shows
+and reports about itself, valid against any server; the second checks the wire as the fake gateway recorded it.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ FIRST_REPLY_SAMPLES = int(page_driver.REPLY_SECONDS[0] * fake_gateway.RATE_OUT)
 SECOND_REPLY_SAMPLES = int(page_driver.REPLY_SECONDS[1] * fake_gateway.RATE_OUT)
 
 
-def _out(conversation: Conversation, kind: str) -> list[dict]:
-    return conversation.recorder.of_type(kind)
+def _sent(conversation: Conversation, kind: str) -> list[dict]:
+    return [e for e in conversation.run.events if e["dir"] == "out" and e["type"] == kind]
 
+
+# --- the page, as it reports itself ------------------------------------------------------------------------------
 
 def test_page_loads_everything_from_its_own_server_without_errors(conversation: Conversation) -> None:
     log = conversation.run.log
@@ -35,6 +38,52 @@ def test_page_loads_everything_from_its_own_server_without_errors(conversation: 
     assert any(url.endswith("/vendor/ort-wasm-simd-threaded.wasm") for url in log.requests)
     assert any(url.endswith("/vendor/silero_vad_v5.onnx") for url in log.requests)
 
+
+def test_in_page_vad_sends_audio_and_camera_frames(conversation: Conversation) -> None:
+    sent = conversation.run.frames_sent
+    assert sent["audio"] > 0 and sent["jpeg"] > 0, sent
+    assert len(_sent(conversation, "audio.end")) == 2
+
+
+def test_played_samples_rise_while_the_answer_plays(conversation: Conversation) -> None:
+    played = conversation.run.played_while_speaking
+    assert all(b > a for a, b in zip(played, played[1:], strict=False)), played
+
+
+def test_barge_in_stops_playback_and_says_how_much_was_heard(conversation: Conversation) -> None:
+    interrupts = _sent(conversation, "interrupt")
+    assert len(interrupts) == 1, interrupts
+    assert interrupts[0]["played_samples"] > 0
+    turn_id = interrupts[0]["turn_id"]
+    after = conversation.run.events[conversation.run.events.index(interrupts[0]) + 1:]
+    assert not [e for e in after if e["type"] == "playback" and e.get("turn_id") == turn_id], "played on"
+    assert "(interrupted)" in conversation.run.transcript[1]
+
+
+def test_transcript_shows_spoken_typed_and_assistant_turns(conversation: Conversation) -> None:
+    transcript = conversation.run.transcript
+    assert len(transcript) == 6, transcript
+    assert transcript[0].startswith("You:🎤 spoken (") and transcript[2].startswith("You:🎤 spoken (")
+    assert transcript[4] == "You:Hello from the keyboard"
+    assert all(transcript[i].startswith("Sotto:") for i in (1, 3, 5))
+    assert "time to first audio" in transcript[5]
+    assert conversation.run.latency_text.startswith("Last turn: time to first audio")
+    assert conversation.run.state_after == "listening"
+
+
+def test_screenshot_mid_answer_is_not_blank(conversation: Conversation) -> None:
+    image = Image.open(conversation.run.speaking_screenshot).convert("RGB")
+    assert max(ImageStat.Stat(image).var) > 100, "the screenshot is (nearly) uniform"
+
+
+def test_debug_events_are_plain_json(conversation: Conversation) -> None:
+    events = conversation.run.events
+    json.dumps(events)
+    states = [e["state"] for e in events if e.get("type") == "state"]
+    assert states[:3] == ["listening", "thinking", "speaking"]
+
+
+# --- the wire, as the fake gateway recorded it -------------------------------------------------------------------
 
 def test_session_starts_with_session_start(conversation: Conversation) -> None:
     first = conversation.recorder.messages[0]
@@ -58,7 +107,6 @@ def test_audio_frames_have_valid_headers_and_carry_speech(conversation: Conversa
 def test_audio_is_sent_only_around_speech_with_preroll(conversation: Conversation) -> None:
     frames = conversation.recorder.frames_of(fake_gateway.KIND_AUDIO_IN)
     assert conversation.recorder.audio_ends == 2
-    assert len(_out(conversation, "audio.end")) == 2
     for utterance, (start_s, text) in enumerate(page_driver.SPEECH):
         segment = [f for f in frames if f.utterance == utterance]
         spoken_s = conversation.media.utterance_ends_s[text] - start_s
@@ -85,49 +133,25 @@ def test_jpeg_frames_decode_and_fit_640(conversation: Conversation) -> None:
         assert 1 <= count <= 2 * 3.5 + 1, count  # one at speech start, then at most ~2 per second
 
 
-def test_played_samples_rise_while_the_answer_plays(conversation: Conversation) -> None:
-    played = conversation.run.played_while_speaking
-    assert all(b > a for a, b in zip(played, played[1:], strict=False)), played
-    reports = [m for m in _out(conversation, "playback") if m["turn_id"] == "t0"]
-    assert reports and all(0 <= m["played_samples"] <= FIRST_REPLY_SAMPLES for m in reports)
+def test_playback_progress_and_interrupt_on_the_wire(conversation: Conversation) -> None:
+    messages = conversation.recorder.messages
+    (interrupt,) = conversation.recorder.of_type("interrupt")
+    assert interrupt["turn_id"] == "t0" and 0 < interrupt["played_samples"] < FIRST_REPLY_SAMPLES
+    first = [m["played_samples"] for m in messages[:messages.index(interrupt)]
+             if m["type"] == "playback" and m["turn_id"] == "t0"]
+    assert first and first == sorted(first) and first[-1] <= interrupt["played_samples"]
+    second = [m["played_samples"] for m in conversation.recorder.of_type("playback") if m["turn_id"] == "t1"]
+    assert second == sorted(second) and second[-1] == SECOND_REPLY_SAMPLES  # the final report: all of it
 
 
-def test_barge_in_stops_playback_and_reports_what_was_heard(conversation: Conversation) -> None:
-    interrupts = _out(conversation, "interrupt")
-    assert len(interrupts) == 1, interrupts
-    interrupt = interrupts[0]
-    assert interrupt["turn_id"] == "t0"
-    assert 0 < interrupt["played_samples"] < FIRST_REPLY_SAMPLES
-    later = conversation.recorder.messages[conversation.recorder.messages.index(interrupt) + 1:]
-    assert not [m for m in later if m.get("turn_id") == "t0" and m["type"] == "playback"], "played on after interrupt"
-    assert "(interrupted)" in conversation.run.transcript[1]
-
-
-def test_completed_answer_reports_its_end(conversation: Conversation) -> None:
-    reports = [m["played_samples"] for m in _out(conversation, "playback") if m["turn_id"] == "t1"]
-    assert reports == sorted(reports)
-    assert reports[-1] == SECOND_REPLY_SAMPLES
-
-
-def test_transcript_shows_spoken_typed_and_assistant_turns(conversation: Conversation) -> None:
+def test_scripted_answers_and_timings_are_shown(conversation: Conversation) -> None:
+    (interrupt,) = conversation.recorder.of_type("interrupt")  # skips without the fake, whose answers these are
+    per_sentence = FIRST_REPLY_SAMPLES / len(fake_gateway.SENTENCES)
+    heard = [s for i, s in enumerate(fake_gateway.SENTENCES) if i * per_sentence < interrupt["played_samples"]]
     transcript = conversation.run.transcript
-    assert len(transcript) == 6, transcript
-    assert transcript[0].startswith("You:🎤 spoken (") and transcript[2].startswith("You:🎤 spoken (")
-    assert transcript[4] == "You:Hello from the keyboard"
-    for answer in (transcript[1], transcript[3], transcript[5]):
-        assert answer.startswith("Sotto:The table holds a red cup.")
-    assert "time to first audio 162 ms" in transcript[5]
-    assert conversation.run.latency_text.startswith("Last turn: time to first audio 162 ms")
-    assert conversation.run.state_after == "listening"
-
-
-def test_screenshot_mid_answer_is_not_blank(conversation: Conversation) -> None:
-    image = Image.open(conversation.run.speaking_screenshot).convert("RGB")
-    assert max(ImageStat.Stat(image).var) > 100, "the screenshot is (nearly) uniform"
-
-
-def test_debug_events_are_plain_json(conversation: Conversation) -> None:
-    events = conversation.run.events
-    json.dumps(events)
-    states = [e["state"] for e in events if e.get("type") == "state"]
-    assert states[:3] == ["listening", "thinking", "speaking"]
+    assert 0 < len(heard) < len(fake_gateway.SENTENCES)
+    # the heard sentences, then the rest (struck through), then the mark
+    assert transcript[1].startswith("Sotto:" + "".join(fake_gateway.SENTENCES).strip() + "(interrupted)")
+    assert conversation.run.unheard_first_answer == "".join(fake_gateway.SENTENCES[len(heard):])
+    assert transcript[3].startswith("Sotto:" + "".join(fake_gateway.SENTENCES))
+    assert "time to first audio 162 ms — endpoint 12 ms" in transcript[5]
