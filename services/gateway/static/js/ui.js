@@ -121,13 +121,17 @@ function assistantEntry(turnId) {
   return li;
 }
 
+// While an answer streams in, aria-busy keeps screen readers from announcing every fragment; they read it when done.
 export function appendAssistantText(turnId, text) {
-  assistantEntry(turnId).querySelector(".text").textContent += text;
+  const li = assistantEntry(turnId);
+  li.setAttribute("aria-busy", "true");
+  li.querySelector(".text").textContent += text;
 }
 
 // Final text of a turn: what was heard, then (struck through) what was cut off by an interruption.
 export function finishAssistantTurn(turnId, { text, heardText, interrupted }) {
   const li = assistantEntry(turnId);
+  li.removeAttribute("aria-busy");
   const span = li.querySelector(".text");
   li.querySelector(".mark")?.remove();
   li.querySelector(".unheard")?.remove();
