@@ -5,7 +5,8 @@ It records every message and frame the page sends, so tests can check what the b
 twice real time like a TTS that runs ahead of playback; `interrupt` cancels it and `turn.done` then carries the
 sentences whose audio had started playing as `heard_text`. `turn.done` waits for the page's final `playback`
 report (or the interrupt), so `heard_text` is what the listener heard. Typing DROP_SOCKET makes it close the socket;
-typing a key of SCRIPTED_FAILURES gets that busy/error event instead of a turn.
+typing a key of SCRIPTED_FAILURES gets that busy/error event instead of a turn; typing LONG_ANSWER gets a turn that
+ends like the real gateway's (turn.done right after audio.done).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ CHUNK = 2048
 SENTENCES = ("The table holds a red cup. ", "Next to it lies a blue notebook. ", "A pen rests on top of it.")
 VOICES = ["jf_alpha", "jf_gongitsune", "jm_kumo"]
 DROP_SOCKET = "/test-drop-socket"  # a typed text that makes the fake close the socket (reconnection test)
+# A typed text answered like the real gateway does: 5 s of audio, and turn.done right after audio.done, before the
+# page has played it all (an interrupt after that is too late for heard_text).
+LONG_ANSWER = "/test-long-answer"
+LONG_ANSWER_SECONDS = 5.0
 SCRIPTED_FAILURES = {  # typed texts answered by a failure instead of a turn
     "/test-busy": {"type": "busy", "message": "2 requests are already running; try again in a moment"},
     "/test-error": {"type": "error", "code": "unavailable", "message": "the llm service is down"},
@@ -104,7 +109,10 @@ class _Session:
             audio_ms = self._utterance_ms() if kind == "audio.end" else 0
             if kind == "audio.end":
                 self.recorder.audio_ends += 1
-            self.turn_task = asyncio.create_task(self._run_turn("text" if kind == "text" else "speech", audio_ms))
+            long = kind == "text" and message.get("text") == LONG_ANSWER
+            self.turn_task = asyncio.create_task(
+                self._run_turn("text" if kind == "text" else "speech", audio_ms,
+                               LONG_ANSWER_SECONDS if long else None, wait_for_playback=not long))
         elif kind == "interrupt" and message.get("turn_id") == self.turn_id:
             self.played = int(message["played_samples"])
             if self.turn_task and not self.turn_task.done():
@@ -122,9 +130,9 @@ class _Session:
                         if f.utterance == self.recorder.audio_ends)
         return pcm_bytes / 2 / 16  # PCM16 at 16 kHz
 
-    async def _run_turn(self, source: str, audio_ms: float) -> None:
+    async def _run_turn(self, source: str, audio_ms: float, seconds: float | None, wait_for_playback: bool) -> None:
         self.turn_id = f"t{self.turns}"
-        seconds = self.script.seconds(self.turns)
+        seconds = seconds or self.script.seconds(self.turns)
         self.turns += 1
         self.total_samples = int(seconds * RATE_OUT)
         self.played = 0
@@ -142,8 +150,9 @@ class _Session:
             seq += 1
             await asyncio.sleep(size / RATE_OUT / 2)
         await self.ws.send_json({"type": "audio.done", "turn_id": self.turn_id, "samples": self.total_samples})
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.heard.wait(), seconds + 3)
+        if wait_for_playback:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.heard.wait(), seconds + 3)
         await self._finish_turn()
 
     async def _finish_turn(self, interrupted: bool = False) -> None:
@@ -197,7 +206,8 @@ def session_ready(number: int, start: dict) -> dict:
         "type": "session.ready", "session_id": f"s{number}", "protocol": 1, "sample_rate_in": 16000,
         "sample_rate_out": RATE_OUT, "voices": VOICES, "voice": start.get("voice") or VOICES[0],
         "model": {"name": "fake", "audio_input": True, "image_input": True, "fallback": False, "note": ""},
-        "limits": {"max_audio_frame_bytes": 65536, "max_jpeg_bytes": 2_000_000, "jitter_ms": 500},
+        "limits": {"max_audio_frame_bytes": 65536, "max_jpeg_bytes": 2_000_000, "jitter_ms": 500,
+                   "request_timeout_ms": 2000},
     }
 
 

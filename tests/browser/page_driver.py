@@ -154,6 +154,7 @@ class TextOnlyRun:
     transcript: list[str]
     connection_texts: list[str]
     health: str
+    interrupts: list[dict]
 
 
 # Without --use-fake-ui-for-media-stream headless Chromium denies the permission prompt; with it but without fake
@@ -164,9 +165,10 @@ NO_MIC_ARGS = {
 }
 
 
-async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text: str) -> TextOnlyRun:
+async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text: str,
+                        long_text: str) -> TextOnlyRun:
     """Start without a usable microphone, type a turn, then texts the server answers with failures, then one that
-    makes it drop the socket; the page reconnects; then pick another voice."""
+    makes it drop the socket; the page reconnects; then pick another voice; then stop a long answer with Escape."""
     log = BrowserLog()
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=NO_MIC_ARGS[mode])
@@ -198,6 +200,14 @@ async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text
             await page.get_by_label("Voice").select_option("jm_kumo")
             await wait_for_events(page, "in", "session.ready", 3, timeout_s=20)
             await page.wait_for_function("() => !document.getElementById('text-input').disabled")
+            # An answer whose turn.done comes before it has all played; Escape stops it.
+            await page.get_by_label("Type a message").fill(long_text)
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=20)
+            await page.wait_for_function("() => window.sottoDebug.state === 'speaking'")
+            await page.keyboard.press("Escape")
+            await wait_for_events(page, "out", "interrupt", 1, timeout_s=5)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'")
             return TextOnlyRun(
                 log=log,
                 alerts=alerts,
@@ -205,6 +215,7 @@ async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text
                 transcript=await page.locator("#transcript li").all_inner_texts(),
                 connection_texts=connection_texts,
                 health=await page.locator("#health").inner_text(),
+                interrupts=[e for e in await debug(page, "events") if e["type"] == "interrupt"],
             )
         finally:
             await browser.close()

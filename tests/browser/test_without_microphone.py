@@ -1,6 +1,6 @@
 """Without a usable microphone (permission denied, or no device) the page says so clearly and still works by text;
 busy and error events are shown; when the socket drops it reconnects with backoff and opens a new session; a new
-voice opens a new session too."""
+voice opens a new session too; Escape stops an answer, even one whose turn.done came before it had all played."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     async def run() -> page_driver.TextOnlyRun:
         async with serve_fake_gateway(vendor_dir, recorder, fake_gateway.Script([1.0])) as url:
             return await asyncio.wait_for(
-                page_driver.run_text_only(url, mode, ["/test-busy", "/test-error"], fake_gateway.DROP_SOCKET),
+                page_driver.run_text_only(url, mode, ["/test-busy", "/test-error"], fake_gateway.DROP_SOCKET,
+                                          fake_gateway.LONG_ANSWER),
                 timeout=60)
 
     result = asyncio.run(run())
@@ -46,3 +47,9 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     assert "voice" not in starts[1] and starts[2]["voice"] == "jm_kumo"
     assert any(text.startswith("Connection lost — reconnecting in") for text in result.connection_texts)
     assert result.connection_texts[-1] == "Connected — model fake"
+
+    # Escape stopped an answer the server had already closed: the page says how much was heard, and marks it.
+    (interrupt,) = result.interrupts
+    assert 0 < interrupt["played_samples"] < fake_gateway.LONG_ANSWER_SECONDS * fake_gateway.RATE_OUT
+    assert result.transcript[-1].startswith("Sotto:" + "".join(fake_gateway.SENTENCES).strip())
+    assert "(stopped before the end)" in result.transcript[-1]

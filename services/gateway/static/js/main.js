@@ -13,6 +13,7 @@ import * as ui from "./ui.js";
 const JPEG_INTERVAL_MS = 500; // at most ~2 camera frames per second while the user speaks
 const PLAYBACK_REPORT_MS = 250;
 const VOICE_KEY = "sotto.voice";
+const NO_TURN_GRACE_MS = 1000; // beyond the server's request timeout, for turn.started to follow audio.end
 
 const page = {
   started: false,
@@ -28,6 +29,8 @@ const page = {
   lastReportedPlayed: null,
   lastUtteranceMs: null, // client-measured length of the last utterance sent
   pausedForSpeech: false,
+  noTurnTimer: null,
+  requestTimeoutMs: 2000, // from session.ready limits
   restartForVoice: false,
   jpegTimer: null,
   jpegBusy: false,
@@ -46,7 +49,7 @@ const capture = new SpeechCapture({
   onSpeechEnd,
 });
 const connection = new Connection(
-  `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws`,
+  socketUrl(),
   () => ({
     sample_rate: SAMPLE_RATE_IN,
     client_vad: page.micReady,
@@ -54,6 +57,15 @@ const connection = new Connection(
     ...(localStorage.getItem(VOICE_KEY) ? { voice: localStorage.getItem(VOICE_KEY) } : {}),
   }),
 );
+
+// The gateway wants ?token= on /ws when it listens beyond loopback: the page passes on the one it was opened with.
+function socketUrl() {
+  const url = new URL("/ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  const token = new URLSearchParams(location.search).get("token");
+  url.search = token ? new URLSearchParams({ token }).toString() : "";
+  return url.toString();
+}
 
 // --- state ------------------------------------------------------------------------------------------------------
 
@@ -105,6 +117,14 @@ function onSpeechEnd(audioMs) {
   page.awaitingReply = true;
   page.replyClock = Date.now();
   updateState();
+  // The server's VAD has the last word: if it found no utterance in that audio, no turn starts and nothing says so.
+  clearTimeout(page.noTurnTimer);
+  page.noTurnTimer = setTimeout(() => {
+    if (!page.awaitingReply || page.generatingTurn !== null) return;
+    page.awaitingReply = false;
+    updateState();
+    ui.showAlert("Sotto did not catch that; please say it again.", "busy");
+  }, page.requestTimeoutMs + NO_TURN_GRACE_MS);
 }
 
 async function sendJpeg() {
@@ -141,11 +161,13 @@ async function interrupt() {
 
 const handlers = {
   "session.ready": (m) => {
-    page.droppedTurns.clear();
+    for (const perTurn of [page.droppedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
+    ui.startSession();
     const voices = m.voices ?? [];
     if (!voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
     ui.showVoices(voices, localStorage.getItem(VOICE_KEY) || m.voice);
     ui.enableInput(true);
+    page.requestTimeoutMs = m.limits?.request_timeout_ms ?? page.requestTimeoutMs;
     if (document.activeElement === document.body || document.activeElement === ui.elements.start) {
       ui.elements.textInput.focus(); // Start is disabled now; keep keyboard users somewhere useful
     }

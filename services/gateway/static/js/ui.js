@@ -109,7 +109,11 @@ export function spokenLabel(audioMs) {
   return `🎤 spoken (${(audioMs / 1000).toFixed(1)} s)`;
 }
 
-const assistantEntries = new Map(); // turn_id -> <li>
+const assistantEntries = new Map(); // turn_id -> <li>, for the current session (turn ids are unique per session)
+
+export function startSession() {
+  assistantEntries.clear();
+}
 
 function assistantEntry(turnId) {
   let li = assistantEntries.get(turnId);
