@@ -126,6 +126,8 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             # The second utterance barges in, and its own answer completes.
             await wait_for_events(page, "out", "interrupt", 1, timeout_s=20)
             await wait_for_events(page, "in", "turn.done", 2, timeout_s=30)
+            # turn.done may come before the answer has played (the real gateway does that): let it finish
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000)
 
             # A typed turn.
             await page.get_by_label("Type a message").fill("Hello from the keyboard")

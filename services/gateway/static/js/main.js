@@ -29,6 +29,7 @@ const page = {
   lastReportedPlayed: null,
   lastUtteranceMs: null, // client-measured length of the last utterance sent
   pausedForSpeech: false,
+  utteranceAnswered: false, // a speech turn started since the user's utterance began
   noTurnTimer: null,
   requestTimeoutMs: 2000, // from session.ready limits
   restartForVoice: false,
@@ -104,6 +105,8 @@ function onMisfire() {
 function onSpeechConfirmed() {
   void interrupt(); // while paused for speech this sends at once, before the utterance's first audio frame
   page.pausedForSpeech = false;
+  page.utteranceAnswered = false;
+  page.replyClock = null;
   void sendJpeg();
   clearInterval(page.jpegTimer);
   page.jpegTimer = setInterval(sendJpeg, JPEG_INTERVAL_MS);
@@ -114,10 +117,12 @@ function onSpeechEnd(audioMs) {
   clearInterval(page.jpegTimer);
   page.lastUtteranceMs = audioMs;
   send({ type: "audio.end" });
+  // The server's VAD is authoritative and may have ended the utterance (and started its turn) before this one did.
+  if (page.utteranceAnswered) return;
   page.awaitingReply = true;
   page.replyClock = Date.now();
   updateState();
-  // The server's VAD has the last word: if it found no utterance in that audio, no turn starts and nothing says so.
+  // If the server's VAD found no utterance in that audio, no turn starts and nothing says so.
   clearTimeout(page.noTurnTimer);
   page.noTurnTimer = setTimeout(() => {
     if (!page.awaitingReply || page.generatingTurn !== null) return;
@@ -180,6 +185,7 @@ const handlers = {
   },
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
+    if (m.source === "speech") page.utteranceAnswered = true;
     if (m.source === "speech") ui.addUserTurn(ui.spokenLabel(m.audio_ms ?? page.lastUtteranceMs ?? 0));
   },
   "text.delta": (m) => {
