@@ -115,7 +115,8 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
 
             # The first answer plays: the worklet's played-sample counter rises.
             await page.wait_for_function(
-                "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800", timeout=30_000)
+                "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800",
+                timeout=30_000)
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)

@@ -8,6 +8,7 @@ and reports about itself, valid against any server; the second checks the wire a
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import time
 from urllib.parse import urlsplit
@@ -47,7 +48,7 @@ def test_in_page_vad_sends_audio_and_camera_frames(conversation: Conversation) -
 
 def test_played_samples_rise_while_the_answer_plays(conversation: Conversation) -> None:
     played = conversation.run.played_while_speaking
-    assert all(b > a for a, b in zip(played, played[1:], strict=False)), played
+    assert all(b > a for a, b in itertools.pairwise(played)), played
 
 
 def test_barge_in_stops_playback_and_says_how_much_was_heard(conversation: Conversation) -> None:
@@ -58,7 +59,7 @@ def test_barge_in_stops_playback_and_says_how_much_was_heard(conversation: Conve
     after = conversation.run.events[conversation.run.events.index(interrupts[0]) + 1:]
     assert not [e for e in after if e["type"] == "playback" and e.get("turn_id") == turn_id], "played on"
     # "(interrupted)" when turn.done says so; "(stopped before the end)" when turn.done came before the barge-in
-    assert "(interrupted)" in conversation.run.transcript[1] or "(stopped before the end)" in conversation.run.transcript[1]
+    assert any(mark in conversation.run.transcript[1] for mark in ("(interrupted)", "(stopped before the end)"))
 
 
 def test_transcript_shows_spoken_typed_and_assistant_turns(conversation: Conversation) -> None:
