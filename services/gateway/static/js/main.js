@@ -169,7 +169,7 @@ const handlers = {
     for (const perTurn of [page.droppedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
     ui.startSession();
     const voices = m.voices ?? [];
-    if (!voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
+    if (voices.length && !voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
     ui.showVoices(voices, localStorage.getItem(VOICE_KEY) || m.voice);
     ui.enableInput(true);
     page.requestTimeoutMs = m.limits?.request_timeout_ms ?? page.requestTimeoutMs;

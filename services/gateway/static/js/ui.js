@@ -76,12 +76,14 @@ export function clearAlerts() {
 export function enableInput(enabled) {
   elements.textInput.disabled = !enabled;
   elements.send.disabled = !enabled;
-  elements.voice.disabled = !enabled;
+  elements.voice.disabled = !enabled || elements.voice.options.length < 2;
 }
 
+// Before session.ready, or when the speech service is down, the server lists no voices: keep "(default)".
 export function showVoices(voices, selected) {
-  const select = elements.voice;
-  select.replaceChildren(...voices.map((name) => new Option(name, name, false, name === selected)));
+  const options = voices.length ? voices.map((name) => new Option(name, name, false, name === selected))
+    : [new Option("(default)", "")];
+  elements.voice.replaceChildren(...options);
 }
 
 // --- transcript -------------------------------------------------------------------------------------------------
