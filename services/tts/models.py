@@ -1,16 +1,20 @@
 """Where the tts service finds Kokoro-82M, per backend.
 
-Order: an explicit folder (``SOTTO_TTS_MODEL``; a kit root works too), else the offline kit in the
-model cache (``python -m tools.models.kokoro_kit --out $SOTTO_MODEL_DIR/kokoro-kit``), else the hub
-files below through the shared resolver (cache, then download at start-up, never at request time).
+Order: an explicit folder (``SOTTO_TTS_MODEL``; a kit root works too), else the hub files below
+through the shared resolver (cache, then download at start-up, never at request time), else, said
+plainly in the log, the offline kit in the model cache
+(``python -m tools.models.kokoro_kit --out $SOTTO_MODEL_DIR/kokoro-kit``).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from services.common.config import CommonConfig
 from services.common.models import HubFile, ModelUnavailable, resolve
+
+_LOGGER = logging.getLogger(__name__)
 
 DEFAULT_VOICE = "af_heart"
 KIT_DIRNAME = "kokoro-kit"
@@ -43,8 +47,13 @@ def model_folder(backend: str, explicit: Path | None, common: CommonConfig) -> P
             raise ModelUnavailable(f"SOTTO_TTS_MODEL={explicit} is not a folder; point it at a Kokoro "
                                    f"model folder or at a kit built by tools.models.kokoro_kit")
         return explicit / backend if (explicit / KIT_MANIFEST).exists() else explicit
-    kit = kit_dir(common)
-    if (kit / KIT_MANIFEST).exists() and (kit / backend).is_dir():
-        return kit / backend
-    paths = [resolve(hub, None, "SOTTO_TTS_MODEL", common) for hub in HUB_FILES[backend]]
-    return paths[0].parent  # one repo, one revision: the files share a snapshot folder
+    try:
+        paths = [resolve(hub, None, "SOTTO_TTS_MODEL", common) for hub in HUB_FILES[backend]]
+        return paths[0].parent  # one repo, one revision: the files share a snapshot folder
+    except ModelUnavailable as exc:
+        kit = kit_dir(common)
+        if (kit / KIT_MANIFEST).exists() and (kit / backend).is_dir():
+            _LOGGER.warning("model_fallback", extra={"model": str(kit / backend), "reason": str(exc).split(". Provide")[0],
+                                                     "note": "offline kit: Japanese voices speak English text"})
+            return kit / backend
+        raise
