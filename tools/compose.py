@@ -289,6 +289,54 @@ def build(docker: DockerClient, services: Sequence[str] = ()) -> None:
     docker.compose.build(services=list(services) or None)
 
 
+# --- models: the container side of SOTTO_MODEL_DIR -----------------------------------------------------------
+
+CONTAINER_MODEL_DIR = "/models"
+MODEL_PATH_VARS = ("SOTTO_VAD_MODEL", "SOTTO_LLM_MODEL", "SOTTO_LLM_FALLBACK_MODEL", "SOTTO_TTS_MODEL")
+
+
+def host_model_dir(environ: dict[str, str]) -> Path:
+    default = Path(environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sotto" / "models"
+    return Path(environ.get("SOTTO_MODEL_DIR") or default).expanduser().resolve()
+
+
+def container_env(environ: dict[str, str], host_models: bool) -> dict[str, str]:
+    """The variables compose must see so the containers find their models.
+
+    With host_models the host's SOTTO_MODEL_DIR is mounted at /models and the containers run as its owner (unless
+    that is root: then as uid 10001, reading through the folder's permissions). SOTTO_*_MODEL paths that point
+    under it are rewritten to /models/...; a host path elsewhere cannot be seen from a container and is refused.
+    """
+    out: dict[str, str] = {}
+    models = host_model_dir(environ)
+    if host_models:
+        if not models.is_dir():
+            raise ComposeError(f"--host-models: SOTTO_MODEL_DIR {models} is not a folder")
+        out["SOTTO_MODEL_VOLUME"] = str(models)
+        owner = models.stat()
+        if owner.st_uid != 0:
+            out["SOTTO_CONTAINER_USER"] = f"{owner.st_uid}:{owner.st_gid}"
+    for var in MODEL_PATH_VARS:
+        value = environ.get(var)
+        if not value or value == CONTAINER_MODEL_DIR or value.startswith(CONTAINER_MODEL_DIR + "/"):
+            continue
+        path = Path(value).expanduser().resolve()
+        if host_models and path.is_relative_to(models):
+            out[var] = str(Path(CONTAINER_MODEL_DIR) / path.relative_to(models))
+        else:
+            raise ComposeError(
+                f"{var}={value} is a path on this host, which the containers cannot see: put the model under "
+                f"SOTTO_MODEL_DIR ({models}) and use --host-models, or give a path under {CONTAINER_MODEL_DIR}/ in "
+                f"the models volume")
+    return out
+
+
+def apply_container_env(host_models: bool) -> dict[str, str]:
+    env = container_env(dict(os.environ), host_models)
+    os.environ.update(env)  # python-on-whales runs compose with this process's environment
+    return env
+
+
 # --- running ---------------------------------------------------------------------------------------------------
 
 
@@ -340,7 +388,11 @@ def active_services(docker: DockerClient) -> list[str]:
     return list((docker.compose.config(return_json=True).get("services") or {}).keys())
 
 
-def up(timeout_s: float = UP_TIMEOUT_S, build_images: bool = True, profiles: Sequence[str] = ()) -> list:
+def up(timeout_s: float = UP_TIMEOUT_S, build_images: bool = True, profiles: Sequence[str] = (),
+       host_models: bool = False) -> list:
+    env = apply_container_env(host_models)
+    if "SOTTO_MODEL_VOLUME" in env:
+        _say(f"models from {env['SOTTO_MODEL_VOLUME']}, as user {env.get('SOTTO_CONTAINER_USER', '10001:10001')}")
     docker = client(profiles)
     if build_images:
         build(docker)
@@ -381,14 +433,18 @@ def logs(services: Sequence[str] = (), follow: bool = False, tail: str | None = 
         sys.stdout.write(docker.compose.logs(list(services), tail=tail))
 
 
-def scale(service: str, replicas: int, timeout_s: float = UP_TIMEOUT_S) -> list:
-    """Run `replicas` containers of a service (only services without a published port can have several)."""
+def scale(service: str, replicas: int, timeout_s: float = UP_TIMEOUT_S, host_models: bool = False) -> list:
+    """Run `replicas` containers of a service (only services without a published port can have several).
+
+    Give the same host_models as to `up`, or compose sees a changed configuration and recreates the service.
+    """
     if service not in SERVICES:
         raise ComposeError(f"unknown service {service!r}; one of {', '.join(SERVICES)}")
     if service == "gateway" and replicas != 1:
         raise ComposeError("the gateway publishes a host port, so it runs as one container")
     if replicas < 1:
         raise ComposeError("replicas must be at least 1 (use `down` to stop the stack)")
+    apply_container_env(host_models)
     docker = client()
     _say(f"scaling {service} to {replicas}")
     docker.compose.up(services=[service], scales={service: replicas}, detach=True, no_build=True,
@@ -417,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=UP_TIMEOUT_S, help="seconds to wait for health (600)")
     p.add_argument("--no-build", action="store_true", help="use the images as they are")
     p.add_argument("--profile", action="append", default=[], help="also start a profile (observability)")
+    p.add_argument("--host-models", action="store_true",
+                   help="mount this host's SOTTO_MODEL_DIR at /models instead of the models volume")
     p = sub.add_parser("down", help="stop and remove the containers and network")
     p.add_argument("--volumes", action="store_true", help="also remove the volumes (the model cache!)")
     sub.add_parser("ps", help="list the containers with their health")
@@ -427,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("scale", help="run N replicas of a service, e.g. scale llm=2")
     p.add_argument("target", type=_parse_scale, metavar="SERVICE=N")
     p.add_argument("--timeout", type=float, default=UP_TIMEOUT_S)
+    p.add_argument("--host-models", action="store_true", help="as given to `up`")
     p = sub.add_parser("build", help="base image (if missing), wheelhouse and service images")
     p.add_argument("services", nargs="*")
     p = sub.add_parser("base", help="(re)build the base image from Debian's packages")
@@ -444,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                              indent=1))
             return 0 if avail.ok else 1
         if args.command == "up":
-            up(args.timeout, build_images=not args.no_build, profiles=args.profile)
+            up(args.timeout, build_images=not args.no_build, profiles=args.profile, host_models=args.host_models)
         elif args.command == "down":
             down(args.volumes)
         elif args.command == "ps":
@@ -456,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "logs":
             logs(args.services, args.follow, args.tail)
         elif args.command == "scale":
-            scale(*args.target, timeout_s=args.timeout)
+            scale(*args.target, timeout_s=args.timeout, host_models=args.host_models)
         elif args.command == "build":
             build(client(), args.services)
         elif args.command == "base":
