@@ -331,8 +331,24 @@ def container_env(environ: dict[str, str], host_models: bool) -> dict[str, str]:
     return out
 
 
-def apply_container_env(host_models: bool) -> dict[str, str]:
-    env = container_env(dict(os.environ), host_models)
+def _env_file() -> Path:
+    return run_dir() / "compose-env.json"
+
+
+def apply_container_env(host_models: bool | None) -> dict[str, str]:
+    """Compute (host_models given: `up`) or reload (None: `scale`) the variables, and export them to compose.
+
+    `scale` reuses what `up` chose, so the running services keep their configuration and are not recreated.
+    """
+    if host_models is None:
+        try:
+            env = json.loads(_env_file().read_text())
+        except (OSError, ValueError):
+            env = container_env(dict(os.environ), False)
+    else:
+        env = container_env(dict(os.environ), host_models)
+        _env_file().parent.mkdir(parents=True, exist_ok=True)
+        _env_file().write_text(json.dumps(env))
     os.environ.update(env)  # python-on-whales runs compose with this process's environment
     return env
 
@@ -433,18 +449,15 @@ def logs(services: Sequence[str] = (), follow: bool = False, tail: str | None = 
         sys.stdout.write(docker.compose.logs(list(services), tail=tail))
 
 
-def scale(service: str, replicas: int, timeout_s: float = UP_TIMEOUT_S, host_models: bool = False) -> list:
-    """Run `replicas` containers of a service (only services without a published port can have several).
-
-    Give the same host_models as to `up`, or compose sees a changed configuration and recreates the service.
-    """
+def scale(service: str, replicas: int, timeout_s: float = UP_TIMEOUT_S) -> list:
+    """Run `replicas` containers of a service (only services without a published port can have several)."""
     if service not in SERVICES:
         raise ComposeError(f"unknown service {service!r}; one of {', '.join(SERVICES)}")
     if service == "gateway" and replicas != 1:
         raise ComposeError("the gateway publishes a host port, so it runs as one container")
     if replicas < 1:
         raise ComposeError("replicas must be at least 1 (use `down` to stop the stack)")
-    apply_container_env(host_models)
+    apply_container_env(None)
     docker = client()
     _say(f"scaling {service} to {replicas}")
     docker.compose.up(services=[service], scales={service: replicas}, detach=True, no_build=True,
@@ -485,7 +498,6 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("scale", help="run N replicas of a service, e.g. scale llm=2")
     p.add_argument("target", type=_parse_scale, metavar="SERVICE=N")
     p.add_argument("--timeout", type=float, default=UP_TIMEOUT_S)
-    p.add_argument("--host-models", action="store_true", help="as given to `up`")
     p = sub.add_parser("build", help="base image (if missing), wheelhouse and service images")
     p.add_argument("services", nargs="*")
     p = sub.add_parser("base", help="(re)build the base image from Debian's packages")
@@ -515,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "logs":
             logs(args.services, args.follow, args.tail)
         elif args.command == "scale":
-            scale(*args.target, timeout_s=args.timeout, host_models=args.host_models)
+            scale(*args.target, timeout_s=args.timeout)
         elif args.command == "build":
             build(client(), args.services)
         elif args.command == "base":
