@@ -474,7 +474,7 @@ def scale(service: str, replicas: int, timeout_s: float = UP_TIMEOUT_S) -> list:
 
 def _parse_scale(text: str) -> tuple[str, int]:
     name, sep, count = text.partition("=")
-    if not sep or not count.isdigit():
+    if not name or not sep or not count.isdigit():
         raise argparse.ArgumentTypeError(f"expected SERVICE=N (e.g. llm=2), got {text!r}")
     return name, int(count)
 
