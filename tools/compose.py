@@ -267,7 +267,10 @@ def build_wheelhouse(plat: str) -> None:
     shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)  # setuptools' scratch could leak stale modules
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     _say("building the sotto wheel")
-    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(ROOT)], check=True)
+    # A fixed timestamp makes the wheel byte-identical while the code is, so the image build's cache holds.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")}
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(ROOT)], check=True,
+                   env=env)
     wheel = next(WHEELHOUSE.glob("sotto-*.whl"))
     _say(f"downloading dependencies for {plat}, CPython {PYTHON_VERSION}")
     # pip does not widen a manylinux_2_X tag to older glibc versions by itself: list them (PEP 600).
@@ -393,15 +396,29 @@ def wait_healthy(docker: DockerClient, services: Sequence[str], timeout_s: float
             lines += [f"{s}: {counts[s]} of {(expected or {}).get(s, 1)} containers" for s in missing]
             for c in containers:
                 if not (c.state.health and c.state.health.status == "healthy"):
-                    tail = docker.container.logs(c, tail=15) if c.state.status != "created" else ""
+                    tail = docker.container.logs(c, tail=8) if c.state.status != "created" else ""
                     if tail:
                         lines.append(f"--- last log lines of {c.name} ---\n{tail.rstrip()}")
             raise ComposeError(f"not healthy after {timeout_s:.0f} s:\n" + "\n".join(lines))
         time.sleep(POLL_S)
 
 
-def active_services(docker: DockerClient) -> list[str]:
-    return list((docker.compose.config(return_json=True).get("services") or {}).keys())
+def start_order(docker: DockerClient) -> list[list[str]]:
+    """Active services in waves: those that depend on nothing first, then the ones whose dependencies came up.
+
+    `docker compose up -d` alone would block, with no timeout and no word, while a dependency's model loads.
+    """
+    services = docker.compose.config(return_json=True).get("services") or {}
+    waves: list[list[str]] = []
+    placed: set[str] = set()
+    while len(placed) < len(services):
+        wave = sorted(n for n, s in services.items()
+                      if n not in placed and set((s.get("depends_on") or {})) <= placed)
+        if not wave:
+            raise ComposeError(f"dependency cycle among {sorted(set(services) - placed)}")
+        waves.append(wave)
+        placed.update(wave)
+    return waves
 
 
 def up(timeout_s: float = UP_TIMEOUT_S, build_images: bool = True, profiles: Sequence[str] = (),
@@ -412,10 +429,14 @@ def up(timeout_s: float = UP_TIMEOUT_S, build_images: bool = True, profiles: Seq
     docker = client(profiles)
     if build_images:
         build(docker)
-    services = active_services(docker)
-    _say(f"starting {', '.join(services)}; waiting up to {timeout_s:.0f} s for all to be healthy")
-    docker.compose.up(detach=True, no_build=True, remove_orphans=True, quiet=True)
-    containers = wait_healthy(docker, services, timeout_s)
+    deadline = time.monotonic() + timeout_s
+    containers: list = []
+    for wave in start_order(docker):
+        _say(f"starting {', '.join(wave)}; waiting up to {deadline - time.monotonic():.0f} s for them to be healthy")
+        docker.compose.up(services=wave, detach=True, no_build=True, remove_orphans=True, dependencies=False,
+                          quiet=True)
+        containers = wait_healthy(docker, wave, max(deadline - time.monotonic(), 0.0))
+    containers = [c for c in docker.compose.ps() if c.state.health and c.state.health.status == "healthy"]
     _say("all healthy: " + ", ".join(sorted(c.name for c in containers)))
     return containers
 
