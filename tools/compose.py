@@ -126,7 +126,8 @@ def availability() -> Availability:
     config_dir = plugin_config_dir()
     base = ["docker"] + (["--config", str(config_dir)] if config_dir else [])
     code, out = _run([*base, "info", "--format", "{{json .ServerVersion}}"])
-    engine = out.strip().strip('"') if code == 0 else None
+    out = out.removeprefix('""').strip()  # the format's empty answer precedes the error when there is no engine
+    engine = out.strip('"') if code == 0 else None
     if code != 0 or not engine or engine == "null":
         return Availability(problem=f"no Docker engine: `docker info` failed (exit {code}): {_short(out)}",
                             config_dir=config_dir)
@@ -156,6 +157,71 @@ def compose_cli_client(profiles: Iterable[str] = ()) -> DockerClient | None:
         return None
     return DockerClient(compose_files=[COMPOSE_FILE], compose_project_directory=ROOT,
                         compose_profiles=list(profiles), config=config_dir)
+
+
+# --- a local engine (Debian's docker.io) -----------------------------------------------------------------------
+
+ENGINE_PACKAGES = {"dockerd": "docker.io", "debootstrap": "debootstrap"}
+
+
+def _engine_pidfile() -> Path:
+    return run_dir() / "dockerd.pid"
+
+
+def start_engine(wait_s: float = 60.0) -> str:
+    """Install Debian's docker.io (and debootstrap) if missing and start dockerd in the background (Linux, root).
+
+    For machines without systemd, such as CI here. The daemon outlives this command; `engine-stop` ends it (only
+    a daemon this command started: its pid is kept in SOTTO_RUN_DIR/dockerd.pid).
+    """
+    current = availability()
+    if current.engine:
+        return f"engine {current.engine} already running"
+    if platform.system() != "Linux" or os.geteuid() != 0:
+        raise ComposeError("starting an engine here needs Linux and root; elsewhere start Docker your usual way")
+    missing = sorted({pkg for cmd, pkg in ENGINE_PACKAGES.items() if shutil.which(cmd) is None})
+    if missing:
+        _say(f"installing Debian packages {', '.join(missing)}")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, env=env, stdout=subprocess.DEVNULL)
+    run_dir().mkdir(parents=True, exist_ok=True)
+    log_path = run_dir() / "dockerd.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    _engine_pidfile().write_text(str(proc.pid))
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        avail = availability()
+        if avail.engine:
+            return f"engine {avail.engine} started (pid {proc.pid}, log {log_path})"
+        time.sleep(1.0)
+    tail = log_path.read_text(errors="replace").splitlines()[-15:]
+    raise ComposeError(f"dockerd did not come up within {wait_s:.0f} s (exit code {proc.poll()}); last log lines:\n"
+                       + "\n".join(tail))
+
+
+def stop_engine(wait_s: float = 20.0) -> str:
+    try:
+        pid = int(_engine_pidfile().read_text())
+    except (OSError, ValueError):
+        return "no engine started by this tool"
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        cmdline = b""
+    if Path(cmdline.decode(errors="replace")).name != "dockerd":
+        _engine_pidfile().unlink(missing_ok=True)
+        return f"pid {pid} is no longer our dockerd"
+    os.kill(pid, 15)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.2)
+    _engine_pidfile().unlink(missing_ok=True)
+    return f"dockerd (pid {pid}) stopped"
 
 
 # --- building the images offline ------------------------------------------------------------------------------
@@ -525,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default=DEFAULT_BASE_IMAGE)
     sub.add_parser("wheels", help="(re)build build/wheelhouse for the engine's platform")
     sub.add_parser("doctor", help="say whether a Docker engine and compose v2 are usable here")
+    sub.add_parser("engine", help="Linux, root: install Debian's docker.io if needed and start dockerd")
+    sub.add_parser("engine-stop", help="stop the dockerd that `engine` started")
     args = parser.parse_args(argv)
 
     try:
@@ -535,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
                               "compose_plugin_from": str(avail.config_dir) if avail.config_dir else "docker CLI"},
                              indent=1))
             return 0 if avail.ok else 1
+        if args.command == "engine":
+            _say(start_engine())
+            return 0
+        if args.command == "engine-stop":
+            _say(stop_engine())
+            return 0
         if args.command == "up":
             up(args.timeout, build_images=not args.no_build, profiles=args.profile, host_models=args.host_models)
         elif args.command == "down":
