@@ -84,8 +84,8 @@ def pip_compose_binary() -> Path | None:
 def plugin_config_dir() -> Path | None:
     """A docker config folder whose cli-plugins hold the pip-installed compose v2; None if the CLI has its own.
 
-    The user's config.json (auths, current context) is copied in and their contexts linked, so the private
-    folder changes only where the compose plugin comes from.
+    The user's current context is carried over and their contexts linked (credentials are not copied: the
+    offline build pulls nothing), so the private folder changes only where the compose plugin comes from.
     """
     if _run(["docker", "compose", "version"])[0] == 0:
         return None
@@ -100,8 +100,11 @@ def plugin_config_dir() -> Path | None:
         link.unlink(missing_ok=True)
         link.symlink_to(binary.resolve())
     user = Path(os.environ.get("DOCKER_CONFIG", Path.home() / ".docker"))
-    if (user / "config.json").is_file():
-        shutil.copyfile(user / "config.json", folder / "config.json")
+    try:
+        context = json.loads((user / "config.json").read_text()).get("currentContext")
+    except (OSError, ValueError, AttributeError):
+        context = None
+    (folder / "config.json").write_text(json.dumps({"currentContext": context} if context else {}))
     if (user / "contexts").is_dir() and not (folder / "contexts").exists():
         (folder / "contexts").symlink_to((user / "contexts").resolve())
     return folder
@@ -231,10 +234,6 @@ def _say(message: str) -> None:
     print(f"compose: {message}", flush=True)
 
 
-def base_image() -> str:
-    return os.environ.get("SOTTO_BASE_IMAGE") or DEFAULT_BASE_IMAGE
-
-
 def _apt_mirror() -> str | None:
     """The Debian mirror this host's apt uses (None: debootstrap's own default)."""
     sources = Path("/etc/apt/sources.list.d")
@@ -343,7 +342,9 @@ def build_wheelhouse(plat: str) -> None:
     arch = plat.split("_", 3)[3]
     glibc_minor = int(plat.split("_")[2])
     platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(glibc_minor, 16, -1)]
-    platforms += [f"manylinux2014_{arch}"] + ([f"manylinux2010_{arch}", f"manylinux1_{arch}"] if arch == "x86_64" else [])
+    platforms.append(f"manylinux2014_{arch}")
+    if arch == "x86_64":
+        platforms += [f"manylinux2010_{arch}", f"manylinux1_{arch}"]
     subprocess.run([*pip, "download", "-q", "--only-binary=:all:", *[a for p in platforms for a in ("--platform", p)],
                     "--python-version", PYTHON_VERSION, "--implementation", "cp", "--dest", str(WHEELHOUSE),
                     f"sotto[{','.join(EXTRAS)}] @ {wheel.as_uri()}"], check=True)

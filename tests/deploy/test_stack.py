@@ -16,7 +16,6 @@ import os
 import shutil
 import socket
 import urllib.request
-from pathlib import Path
 
 import pytest
 
