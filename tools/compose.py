@@ -128,12 +128,16 @@ def availability() -> Availability:
         return Availability(problem="no docker CLI: `docker` is not on PATH (Debian: apt-get install docker.io)")
     config_dir = plugin_config_dir()
     base = ["docker"] + (["--config", str(config_dir)] if config_dir else [])
-    code, out = _run([*base, "info", "--format", "{{json .ServerVersion}}"])
-    out = out.removeprefix('""').strip()  # the format's empty answer precedes the error when there is no engine
-    engine = out.strip('"') if code == 0 else None
-    if code != 0 or not engine or engine == "null":
-        return Availability(problem=f"no Docker engine: `docker info` failed (exit {code}): {_short(out)}",
+    code, out = _run([*base, "info"])
+    if code != 0:
+        # Only the error lines: the client's own section says nothing about the engine (CLIs differ in layout).
+        errors = [ln.strip().removeprefix("ERROR: ") for ln in out.splitlines()
+                  if ("ERROR" in ln or "Cannot connect" in ln or "permission denied" in ln)
+                  and "pretty printing" not in ln]
+        reason = "; ".join(dict.fromkeys(errors)) or _short(out)
+        return Availability(problem=f"no Docker engine: `docker info` failed (exit {code}): {reason}",
                             config_dir=config_dir)
+    engine = _run([*base, "version", "--format", "{{.Server.Version}}"])[1].strip() or "unknown version"
     code, out = _run([*base, "compose", "version", "--short"])
     if code != 0:
         return Availability(engine=engine, config_dir=config_dir, problem=(
