@@ -7,15 +7,16 @@ PY := $(VENV)/bin/python
 KIT_VENV := .venv-models
 KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
-EXTRAS := vad,llm,tts,gateway,test
+EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
 
 .PHONY: install system-deps web-assets models-offline prepare proto up down status logs test bench report \
-        compose-up compose-down compose-ps clean
+        compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q --no-deps kokoro-mlx==0.1.4  # its misaki[en] dependency would pull torch
 	touch $@
 
 install: $(VENV)/.installed
@@ -72,6 +73,26 @@ bench: install system-deps web-assets models-offline
 
 report: install
 	$(PY) -m tools.report
+
+# Containers (Linux servers): python-on-whales drives `docker compose`. `docker-engine` starts a local dockerd
+# where none runs (root; Debian's docker.io); `docker-engine-stop` stops only that one.
+compose-up: install
+	$(PY) -m tools.compose up
+
+compose-down: install
+	$(PY) -m tools.compose down
+
+compose-ps: install
+	$(PY) -m tools.compose ps
+
+compose-logs: install
+	$(PY) -m tools.compose logs --follow
+
+docker-engine: install
+	$(PY) -m tools.compose engine
+
+docker-engine-stop: install
+	$(PY) -m tools.compose engine-stop
 
 clean:
 	rm -rf $(VENV) $(KIT_VENV) run build
