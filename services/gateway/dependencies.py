@@ -24,8 +24,11 @@ class Dependencies:
     """Channels to vad, llm and tts, with their health kept current."""
 
     def __init__(self, addresses: dict[str, str], max_message_bytes: int) -> None:
+        # round_robin spreads calls over every address a name resolves to, so `dns:///llm:50052` with
+        # `docker compose --scale llm=N` uses all replicas; with one address it behaves like pick_first.
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
-                         ("grpc.max_send_message_length", max_message_bytes)]
+                         ("grpc.max_send_message_length", max_message_bytes),
+                         ("grpc.lb_policy_name", "round_robin")]
         self.addresses = addresses
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.status = {name: "UNKNOWN" for name in addresses}

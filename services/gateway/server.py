@@ -17,13 +17,17 @@ import grpc
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.common import config, logs
+from services.common import config, hardware, logs
 from services.gateway.dependencies import Dependencies
 from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
+VENDOR = Path(__file__).resolve().parents[2] / "build" / "vendor"  # made by `python -m tools.web_assets`
+# The page needs WASM for the in-page VAD ('wasm-unsafe-eval') and nothing from anywhere else.
+PAGE_CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'; img-src 'self' data:; "
+            "media-src 'self' blob:; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
 INFO_TIMEOUT_S = 2.0
 
 
@@ -42,7 +46,7 @@ async def index(_: web.Request) -> web.StreamResponse:
     page = STATIC / "index.html"
     if not page.exists():
         return web.Response(text="Sotto gateway: the browser client is not installed.", status=503)
-    return web.FileResponse(page)
+    return web.FileResponse(page, headers={"Content-Security-Policy": PAGE_CSP})
 
 
 async def refresh_model_info(app: web.Application, service: str, status: str) -> None:
@@ -84,6 +88,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
 
 def create_app(settings: config.Settings) -> web.Application:
     common, gw = settings.common, settings.gateway
+    hardware.register()
     app = web.Application()
     app[SETTINGS] = settings
     app[DEPS] = Dependencies({
@@ -99,8 +104,11 @@ def create_app(settings: config.Settings) -> web.Application:
     app.router.add_get("/ws", websocket)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
-    if STATIC.exists():
-        app.router.add_static("/static/", STATIC)
+    app.router.add_static("/static/", STATIC)
+    if VENDOR.exists():
+        app.router.add_static("/vendor/", VENDOR)
+    else:
+        _LOGGER.warning("vendor_missing", extra={"path": str(VENDOR), "fix": "python -m tools.web_assets"})
     return app
 
 

@@ -50,6 +50,7 @@ class Session:
         self.start: SessionStart | None = None
         self.state = State.LISTENING
         self.history: list[common_pb2.Turn] = []
+        self.history_owner: Turn | None = None  # the turn whose reply is the last history entry
         self.turn: Turn | None = None
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[str | bytes, Turn | None] | None] = asyncio.Queue()
@@ -132,8 +133,7 @@ class Session:
         if isinstance(msg, TypedText):
             await self._begin_turn(TurnInput(self._turn_id(), "text", msg.text, b"", 0.0, [], [], time.monotonic()))
         elif isinstance(msg, Interrupt):
-            if self.turn is not None:
-                self.turn.interrupt(msg.played_samples, "client")
+            self._interrupt(msg.turn_id, msg.played_samples)
         elif isinstance(msg, Playback):
             if self.turn is not None and msg.turn_id in ("", self.turn.inp.turn_id):
                 self.turn.report_playback(msg.played_samples)
@@ -142,6 +142,20 @@ class Session:
         elif isinstance(msg, Ping):
             self.send(event("pong"))
         return True
+
+    def _interrupt(self, turn_id: str, played_samples: int) -> None:
+        turn = self.turn
+        if turn is None or turn_id not in ("", turn.inp.turn_id):
+            return  # an interrupt for a turn this session no longer tracks
+        if self.turn_task is not None and not self.turn_task.done():
+            turn.interrupt(played_samples, "client")
+            return
+        heard = turn.heard_after_done(played_samples)
+        if heard is not None and self.history_owner is turn:
+            metrics.INTERRUPTIONS.labels("client_after_done").inc()
+            self.history[-1].text = heard  # the history keeps only what the user actually heard
+            self.history[-1].interrupted = True
+            _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard)})
 
     async def on_binary(self, data: bytes) -> None:
         if not self._admit():
@@ -284,6 +298,7 @@ class Session:
         self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=user))
         self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=result.heard_text,
                                             interrupted=result.interrupted))
+        self.history_owner = turn
 
     def on_health(self, service: str, status: str) -> None:
         self.send(event("health", service=service, status=status))

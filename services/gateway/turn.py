@@ -90,6 +90,7 @@ class Turn:
         self._fed: list[tuple[int, float]] = []  # (chars fed to tts so far, when)
         self._sentences: dict[int, _Sentence] = {}
         self._samples_sent = 0
+        self._chunks_sent = 0
         self._llm_finished = asyncio.Event()
         self._timings: dict[str, float] = {}
         self._finish = "stop"
@@ -250,9 +251,21 @@ class Turn:
         sentence = self._sentences.setdefault(
             chunk.sentence_index, _Sentence(chunk.sentence_text, chunk.sample_offset, chunk.sample_offset))
         sentence.end_sample = chunk.sample_offset + samples
-        seq = self._samples_sent // max(samples, 1)
-        self.send(pack_frame(FrameKind.AUDIO_OUT, seq, float(chunk.sample_offset), chunk.pcm16), self)
+        self.send(pack_frame(FrameKind.AUDIO_OUT, self._chunks_sent, float(chunk.sample_offset), chunk.pcm16), self)
+        self._chunks_sent += 1
         self._samples_sent += samples
+
+    @property
+    def samples_sent(self) -> int:
+        return self._samples_sent
+
+    def heard_after_done(self, played_samples: int) -> str | None:
+        """A barge-in that arrives after `turn.done` (synthesis runs faster than playback): the text heard up to
+        `played_samples`, or None when everything sent was heard."""
+        if not self._done.is_set() or played_samples >= self._samples_sent:
+            return None
+        self.played_samples = played_samples
+        return self.heard_text()
 
     def heard_text(self) -> str:
         """The sentences the user heard in full, plus the heard share of the one cut off (by words)."""

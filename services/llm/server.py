@@ -146,6 +146,9 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         grpc_server.rpc_context_ids(context)
         started = time.monotonic()
         code = grpc.StatusCode.OK
+        _LOGGER.info("generate_request", extra={
+            "history_turns": len(request.history), "audio_bytes": len(request.user.audio_wav),
+            "images": len(request.user.images), "text_chars": len(request.user.text)})
         try:
             generation = self._engine.generate(to_engine_request(request, self._defaults))
             async with self._admission.admit():

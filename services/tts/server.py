@@ -1,29 +1,209 @@
-"""The tts gRPC service (sotto.v1.TtsService).
+"""The tts gRPC service (sotto.v1.TtsService): translates between protobuf and the Kokoro engine.
 
-Skeleton from the foundation: health, reflection and metrics are real; the RPCs answer UNIMPLEMENTED (the
-generated base servicer's behaviour) until the engine lands. No invented output.
+The engine is blocking and runs one synthesis at a time, so every engine call (load, warm-up, each
+step of a synthesis) runs on one worker thread, and each chunk is sent as soon as it exists. When a
+call ends early (client cancel, deadline, barge-in) the engine's cancel event is set from the RPC's
+done callback: the engine stops within one chunk and the thread is free for the next call.
 """
 
 from __future__ import annotations
 
-import grpc
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-from services.common import config, grpc_server, logs
-from sotto.v1 import tts_pb2_grpc
+import grpc
+from prometheus_client import Histogram
+
+from services.common import config, grpc_server, logs, metrics
+from services.tts import models
+from services.tts.engine import InvalidInput, create_engine, default_backend
+from services.tts.text import Sentence
+from sotto.v1 import tts_pb2, tts_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+_END = object()
+_LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it",
+                       "j": "ja", "p": "pt-br", "z": "zh"}
+
+FIRST_CHUNK_SECONDS = Histogram(
+    "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
+    ["method"], buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4, 8))
+
+
+def _audio_out(chunk, sample_rate: int) -> tts_pb2.AudioOut:
+    return tts_pb2.AudioOut(pcm16=chunk.pcm, sample_rate=sample_rate, sentence_index=chunk.sentence_index,
+                            text_start=chunk.text_start, text_end=chunk.text_end,
+                            sentence_text=chunk.sentence_text, sample_offset=chunk.sample_offset,
+                            sentence_end=chunk.last_in_sentence)
+
+
+class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
+    def __init__(self, cfg: config.TtsConfig, executor: ThreadPoolExecutor) -> None:
+        self._cfg = cfg
+        self._executor = executor
+        self.engine = None  # set once loaded and warmed up
+
+    async def _call(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _settings(self, voice_config: tts_pb2.VoiceConfig) -> tuple[str | None, float, str | None]:
+        return (voice_config.voice or None, voice_config.speed or self._cfg.speed,
+                voice_config.language or None)
+
+    async def _ready(self, context: grpc.aio.ServicerContext):
+        if self.engine is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the TTS model is still loading")
+        return self.engine
+
+    async def _speak(self, method: str, chunks: Iterator, context: grpc.aio.ServicerContext,
+                     started: float) -> AsyncIterator[tts_pb2.AudioOut]:
+        """Step the engine's iterator on the worker thread; yield each chunk as it comes."""
+        first = True
+        code = grpc.StatusCode.OK
+        try:
+            while (chunk := await self._call(next, chunks, None)) is not None:
+                if first:
+                    FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - started)
+                    first = False
+                yield _audio_out(chunk, self.engine.sample_rate)
+        except (asyncio.CancelledError, GeneratorExit):
+            code = grpc.StatusCode.CANCELLED  # barge-in or deadline: counted, so cancellations are visible
+            raise
+        except Exception:
+            code = grpc.StatusCode.UNKNOWN
+            raise
+        finally:
+            self._executor.submit(chunks.close)  # ordered before the next call's work
+            metrics.RPC_TOTAL.labels(method, code.name).inc()
+            metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
+
+    async def Synthesize(self, request, context):
+        grpc_server.rpc_context_ids(context)
+        engine = await self._ready(context)
+        started = time.perf_counter()
+        cancel = threading.Event()
+        context.add_done_callback(lambda _: cancel.set())
+        voice, speed, lang = self._settings(request.config)
+        try:
+            chunks = await self._call(lambda: engine.synthesize(request.text, voice, speed, lang, cancel))
+        except InvalidInput as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        _LOGGER.info("synthesize", extra={"chars": len(request.text), "voice": voice or engine.default_voice})
+        async for out in self._speak("Synthesize", chunks, context, started):
+            yield out
+
+    async def SynthesizeStream(self, request_iterator, context):
+        grpc_server.rpc_context_ids(context)
+        engine = await self._ready(context)
+        cancel = threading.Event()
+        context.add_done_callback(lambda _: cancel.set())
+        first = await anext(aiter(request_iterator), None)
+        if first is None:
+            return
+        voice_config = first.config if first.WhichOneof("item") == "config" else tts_pb2.VoiceConfig()
+        voice, speed, lang = self._settings(voice_config)
+        sentences: queue.Queue = queue.Queue()
+        splitter = engine.splitter()
+        received = time.perf_counter()
+
+        async def read() -> None:
+            total = 0
+            try:
+                items = [first] if first.WhichOneof("item") == "text" else []
+                async for request in _chain(items, request_iterator):
+                    if request.WhichOneof("item") != "text":
+                        continue
+                    total += len(request.text)
+                    if total > engine.max_chars:
+                        raise InvalidInput(f"text is over {engine.max_chars} characters, the limit")
+                    for sentence in splitter.push(request.text):
+                        sentences.put(sentence)
+                for sentence in splitter.close():
+                    sentences.put(sentence)
+            finally:
+                sentences.put(_END)
+
+        def arriving() -> Iterator[Sentence]:
+            while not cancel.is_set():
+                try:
+                    item = sentences.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+                if item is _END:
+                    return
+                yield item
+
+        try:
+            chunks = await self._call(lambda: engine.synthesize_sentences(arriving(), voice, speed, lang, cancel))
+        except InvalidInput as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        reader = asyncio.create_task(read(), name="tts::SynthesizeStream.read")
+        try:
+            async for out in self._speak("SynthesizeStream", chunks, context, received):
+                yield out
+            await reader  # surfaces an input error (too long) after the audio already sent
+        except InvalidInput as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        finally:
+            cancel.set()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def ListVoices(self, request, context):
+        engine = await self._ready(context)
+        voices = [tts_pb2.Voice(name=v, language=_LANGUAGE_OF_PREFIX.get(v[:1], "")) for v in engine.voices()]
+        return tts_pb2.ListVoicesResponse(voices=voices, default_voice=engine.default_voice)
+
+
+async def _chain(first: list, rest: AsyncIterator) -> AsyncIterator:
+    for item in first:
+        yield item
+    async for item in rest:
+        yield item
+
+
+def load_engine(cfg: config.TtsConfig, common: config.CommonConfig):
+    """Resolve the model, build and warm up the engine (runs on the engine's worker thread)."""
+    backend = default_backend() if cfg.engine == "auto" else cfg.engine
+    folder = models.model_folder(backend, cfg.model, common)
+    engine = create_engine(backend, folder, memory_fraction=common.memory_budget,
+                           default_language=cfg.language, max_chars=cfg.max_text_chars,
+                           chunk_samples=cfg.chunk_samples)
+    if cfg.voice in engine.voices():
+        engine.default_voice = cfg.voice
+    else:
+        _LOGGER.warning("default_voice_missing", extra={"wanted": cfg.voice, "using": engine.default_voice})
+    engine.warmup()
+    return engine, backend, folder
 
 
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.TtsConfig))
     logs.setup("tts", common.log_level)
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-engine")
+    servicer = TtsServicer(cfg, executor)
 
     def register(server: grpc.aio.Server) -> None:
-        tts_pb2_grpc.add_TtsServiceServicer_to_server(tts_pb2_grpc.TtsServiceServicer(), server)
+        tts_pb2_grpc.add_TtsServiceServicer_to_server(servicer, server)
 
     async def load() -> dict[str, str]:
-        return {"engine": "none"}
+        loop = asyncio.get_running_loop()
+        engine, backend, folder = await loop.run_in_executor(executor, load_engine, cfg, common)
+        servicer.engine = engine
+        return {"engine": engine.name, "backend": backend, "model": str(folder),
+                "voices": str(len(engine.voices())), "default_voice": engine.default_voice}
 
-    spec = grpc_server.ServiceSpec("tts", ["sotto.v1.TtsService"], cfg.port, cfg.metrics_port, register, load)
+    async def close() -> None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    spec = grpc_server.ServiceSpec("tts", ["sotto.v1.TtsService"], cfg.port, cfg.metrics_port, register, load,
+                                   close)
     return spec, common
 
 

@@ -1,30 +1,204 @@
-"""The vad gRPC service (sotto.v1.VadService).
+"""The vad gRPC service (sotto.v1.VadService): streaming speech start / end per audio source.
 
-Skeleton from the foundation: health, reflection and metrics are real; the RPCs answer UNIMPLEMENTED (the
-generated base servicer's behaviour) until the engine lands. No invented output.
+The servicer only translates between protobuf and ``services.vad.engine``: the first message
+carries the settings, every message may carry audio, and each engine event becomes a
+``VadEvent``. Small chunks are endpointed on the event loop, large ones on the model's
+single inference thread (see ``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
+frees its state at once.
 """
 
 from __future__ import annotations
 
-import grpc
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
-from services.common import config, grpc_server, logs
-from sotto.v1 import vad_pb2_grpc
+import grpc
+from prometheus_client import Gauge
+
+from services.common import config, grpc_server, logs, metrics
+from services.vad.engine import SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
+from sotto.v1 import vad_pb2, vad_pb2_grpc
+
+_LOGGER = logging.getLogger(__name__)
+_METHOD = "VadService/StreamAudio"
+# A chunk needing at most this many windows (~0.2 ms each) runs on the event loop: the hop to
+# the inference thread costs ~60 us of CPU per message (measured: 1.37 -> 1.06 % of a core per
+# 20 ms-chunk stream when run inline). Longer chunks go to the inference thread, so a 1 s chunk
+# (31 windows, ~6 ms) never stalls the other streams.
+_INLINE_WINDOWS = 2
+ACTIVE_STREAMS = Gauge("sotto_vad_active_streams", "Audio streams being endpointed now.")
+
+_EVENT_KINDS = {
+    SpeechEventKind.STARTED: vad_pb2.VadEvent.SPEECH_STARTED,
+    SpeechEventKind.ENDED: vad_pb2.VadEvent.SPEECH_ENDED,
+    SpeechEventKind.PROBABILITY: vad_pb2.VadEvent.PROBABILITY,
+}
+
+
+class InvalidStream(ValueError):
+    """The client's stream breaks the contract; the message says how."""
+
+
+def settings_from_proto(message: vad_pb2.VadSettings, defaults: VadSettings) -> VadSettings:
+    """Proto settings (0 = server default) -> validated engine settings; ValueError if out of range."""
+    return VadSettings(
+        threshold=message.threshold or defaults.threshold,
+        min_speech_ms=message.min_speech_ms or defaults.min_speech_ms,
+        min_silence_ms=message.min_silence_ms or defaults.min_silence_ms,
+        speech_pad_ms=message.speech_pad_ms or defaults.speech_pad_ms,
+    )
+
+
+def event_to_proto(event: SpeechEvent) -> vad_pb2.VadEvent:
+    return vad_pb2.VadEvent(
+        kind=_EVENT_KINDS[event.kind],
+        start_sample=event.start_sample,
+        end_sample=event.end_sample or 0,
+        start_ts_ms=round(event.start_ms),
+        end_ts_ms=round(event.end_ms) if event.end_ms is not None else 0,
+        probability=event.probability or 0.0,
+        processed_samples=event.processed_samples,
+    )
+
+
+class VadServicer(vad_pb2_grpc.VadServiceServicer):
+    """Holds the shared model, the default settings and the count of open streams."""
+
+    def __init__(self, defaults: VadSettings, max_streams: int, executor: ThreadPoolExecutor,
+                 model: SileroVad | None = None):
+        self.model = model  # set by the service's load step; None while loading
+        self.defaults = defaults
+        self.max_streams = max_streams
+        self.active_streams = 0
+        self._executor = executor
+
+    async def StreamAudio(
+        self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vad_pb2.VadEvent]:
+        grpc_server.rpc_context_ids(context)
+        began, code = time.monotonic(), grpc.StatusCode.OK
+        if self.model is None:
+            await _refuse(context, grpc.StatusCode.UNAVAILABLE, "the VAD model is still loading; retry shortly")
+        if self.active_streams >= self.max_streams:
+            await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"busy: {self.max_streams} audio streams already open (SOTTO_VAD_MAX_STREAMS)")
+        self.active_streams += 1
+        ACTIVE_STREAMS.inc()
+        stream: VadStream | None = None
+        try:
+            settings, emit_probabilities, requests = await _read_settings(request_iterator, self.defaults)
+            last_sequence = -1
+            async for request in requests:
+                if not request.HasField("audio"):
+                    continue
+                chunk = request.audio
+                stream = stream or self._open(chunk.sample_rate, settings, emit_probabilities)
+                _check_chunk(chunk, stream, last_sequence)
+                last_sequence = chunk.sequence
+                # 0 means "not given": the chunk continues the stream's capture clock.
+                if stream.windows_after(len(chunk.pcm16)) <= _INLINE_WINDOWS:
+                    events = stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
+                else:
+                    events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
+                for event in events:
+                    yield event_to_proto(event)
+            if stream is None:
+                raise InvalidStream("empty stream: send settings in the first message, then audio chunks")
+            for event in stream.flush():
+                yield event_to_proto(event)
+        except (InvalidStream, ValueError) as exc:
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            _LOGGER.info("stream_rejected", extra={"reason": str(exc)})
+            await context.abort(code, str(exc))
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        finally:
+            self.active_streams -= 1
+            ACTIVE_STREAMS.dec()
+            if stream is not None:
+                # Queued behind any window still running on the inference thread, never racing it.
+                self._executor.submit(stream.close)
+            metrics.RPC_TOTAL.labels(_METHOD, code.name).inc()
+            metrics.RPC_SECONDS.labels(_METHOD).observe(time.monotonic() - began)
+
+    def _open(self, sample_rate: int, settings: VadSettings, emit_probabilities: bool) -> VadStream:
+        assert self.model is not None
+        return self.model.open_stream(sample_rate, settings, emit_probabilities)
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    metrics.RPC_TOTAL.labels(_METHOD, code.name).inc()
+    _LOGGER.info("stream_refused", extra={"code": code.name, "reason": details})
+    await context.abort(code, details)
+
+
+async def _read_settings(requests: AsyncIterator[vad_pb2.VadRequest], defaults: VadSettings
+                         ) -> tuple[VadSettings, bool, AsyncIterator[vad_pb2.VadRequest]]:
+    """Take the first message's settings; return them with the stream, first message included."""
+    first = await anext(aiter(requests), None)
+    if first is None:
+        raise InvalidStream("empty stream: the first message must carry settings")
+    if not first.HasField("settings"):
+        raise InvalidStream("the first message must carry settings (send VadSettings() for the defaults)")
+    settings = settings_from_proto(first.settings, defaults)
+
+    async def with_first() -> AsyncIterator[vad_pb2.VadRequest]:
+        yield first
+        async for request in requests:
+            yield request
+
+    return settings, first.settings.emit_probabilities, with_first()
+
+
+def _check_chunk(chunk: vad_pb2.AudioChunk, stream: VadStream, last_sequence: int) -> None:
+    if chunk.sample_rate != stream.sample_rate:
+        raise InvalidStream(f"sample rate changed from {stream.sample_rate} to {chunk.sample_rate} Hz mid-stream")
+    if chunk.sequence < last_sequence:
+        raise InvalidStream(f"chunk sequence {chunk.sequence} after {last_sequence}: chunks out of order")
+
+
+def load_model(model_path: Path | None) -> SileroVad:
+    model = SileroVad(model_path)
+    model.warm_up()
+    return model
 
 
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
     logs.setup("vad", common.log_level)
+    defaults = config.exit_on_error(lambda: _defaults(cfg))
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad-infer")
+    servicer = VadServicer(defaults, cfg.max_streams, executor)
 
     def register(server: grpc.aio.Server) -> None:
-        vad_pb2_grpc.add_VadServiceServicer_to_server(vad_pb2_grpc.VadServiceServicer(), server)
+        vad_pb2_grpc.add_VadServiceServicer_to_server(servicer, server)
 
     async def load() -> dict[str, str]:
-        return {"engine": "none"}
+        servicer.model = await asyncio.get_running_loop().run_in_executor(executor, load_model, cfg.model)
+        return {"engine": "silero-vad onnxruntime", "model": str(servicer.model.model_path)}
 
-    spec = grpc_server.ServiceSpec("vad", ["sotto.v1.VadService"], cfg.port, cfg.metrics_port, register, load)
+    async def close() -> None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    spec = grpc_server.ServiceSpec("vad", ["sotto.v1.VadService"], cfg.port, cfg.metrics_port, register, load, close)
     return spec, common
+
+
+def _defaults(cfg: config.VadConfig) -> VadSettings:
+    try:
+        return VadSettings(threshold=cfg.threshold, min_speech_ms=cfg.min_speech_ms,
+                           min_silence_ms=cfg.min_silence_ms, speech_pad_ms=cfg.speech_pad_ms)
+    except ValueError as exc:
+        raise config.ConfigError(f"SOTTO_VAD_* settings: {exc}") from None
 
 
 if __name__ == "__main__":

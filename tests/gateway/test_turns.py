@@ -124,3 +124,23 @@ async def test_stalled_utterance_is_dropped_with_an_error(stack, connect) -> Non
     assert err["code"] == "stalled_input"
     await client.send(type="ping")
     await client.wait_for("pong")
+
+
+async def test_a_late_interrupt_cuts_the_history_to_what_was_heard(stack, connect) -> None:
+    client = await connect()
+    await client.send(type="text", text="Hi")
+    done = await client.wait_for("turn.done")
+    assert not done["interrupted"]
+    await client.send(type="interrupt", turn_id=done["turn_id"], played_samples=2048 * 2)  # heard sentence one
+    await client.send(type="text", text="Sorry, go on.")
+    await client.wait_for("turn.done", count=2)
+    last = stack.llm.requests[1].history[-1]
+    assert last.text == "Hello there." and last.interrupted
+
+
+async def test_audio_out_sequence_numbers_count_up(stack, connect) -> None:
+    client = await connect()
+    await client.send(type="text", text="Hi")
+    await client.wait_for("turn.done")
+    seqs = [HEADER.unpack_from(f)[3] for _, f in client.frames]
+    assert seqs == list(range(len(seqs)))

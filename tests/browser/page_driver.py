@@ -1,0 +1,224 @@
+"""Drives the page in Debian's headless Chromium (Python playwright, no downloaded browser) through a scripted
+conversation, and records what the browser did: console, requests, screenshots, the page's debug state.
+
+The fake microphone plays one WAV from the moment capture opens, so the timeline of the conversation is fixed by
+the fixture (see SPEECH): the first question, then, while the answer plays, the user talks over it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
+
+CHROMIUM = os.environ.get("SOTTO_CHROMIUM", "/usr/bin/chromium")
+
+# (start s, text): leading silence covers page start-up (VAD model and WASM load); the second utterance starts
+# while the first answer (6 s of audio) is still playing.
+SPEECH = [
+    (4.0, "What is on the table in front of me?"),
+    (9.5, "Wait what colour is the cup"),
+]
+SPEECH_TOTAL_S = 14.0
+REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
+
+
+# The profile is a fresh temporary --user-data-dir made by playwright for each launch.
+BASE_ARGS = [
+    "--no-sandbox",  # tests run as root in a container
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # without these Chromium keeps calling home, which floods a closed network
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def chromium_args(speech_wav: Path, camera_y4m: Path) -> list[str]:
+    return [
+        *BASE_ARGS,
+        "--use-fake-ui-for-media-stream",  # grant mic and camera without a prompt
+        "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={speech_wav}%noloop",
+        f"--use-file-for-fake-video-capture={camera_y4m}",
+    ]
+
+
+@dataclass
+class BrowserLog:
+    console_errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def attach(self, page: Page) -> None:
+        page.on("console", self._console)
+        page.on("pageerror", lambda err: self.console_errors.append(f"pageerror: {err}"))
+        page.on("request", self._request)
+        page.on("requestfailed", lambda r: self.failed.append(f"{r.url}: {r.failure}"))
+        page.on("response", self._response)
+        page.on("websocket", lambda ws: self.requests.append(ws.url))
+
+    def _console(self, msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            self.console_errors.append(msg.text)
+
+    def _request(self, request: Request) -> None:
+        self.requests.append(request.url)
+
+    def _response(self, response: Response) -> None:
+        if response.status >= 400:
+            self.failed.append(f"{response.url}: HTTP {response.status}")
+
+
+@dataclass
+class ConversationRun:
+    log: BrowserLog
+    played_while_speaking: list[int]
+    speaking_screenshot: Path
+    transcript: list[str]
+    latency_text: str
+    events: list[dict]
+    frames_sent: dict[str, int]
+    unheard_first_answer: str
+    state_after: str
+    seconds: float
+
+
+async def debug(page: Page, name: str):
+    return await page.evaluate(f"window.sottoDebug.{name}")
+
+
+# Conditions are written as functions: a bare expression would be eval'ed in the page, which its CSP forbids.
+async def wait_for_events(page: Page, direction: str, kind: str, count: int, timeout_s: float) -> None:
+    await page.wait_for_function(
+        "([dir, type, n]) => window.sottoDebug.events.filter(e => e.dir === dir && e.type === type).length >= n",
+        arg=[direction, kind, count], timeout=timeout_s * 1000)
+
+
+async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path) -> ConversationRun:
+    started = time.monotonic()
+    log = BrowserLog()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                           args=chromium_args(speech_wav, camera_y4m))
+        try:
+            page = await browser.new_page(viewport={"width": 1100, "height": 800})
+            log.attach(page)
+            await page.goto(base_url)
+            await page.get_by_role("button", name="Start").click()
+
+            # The first answer plays: the worklet's played-sample counter rises.
+            await page.wait_for_function(
+                "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800",
+                timeout=30_000)
+            played = [await debug(page, "playedSamples")]
+            for _ in range(3):
+                await asyncio.sleep(0.3)
+                played.append(await debug(page, "playedSamples"))
+            screenshot = artifacts / "speaking.png"
+            await page.screenshot(path=str(screenshot), full_page=True)
+
+            # The second utterance barges in, and its own answer completes.
+            await wait_for_events(page, "out", "interrupt", 1, timeout_s=20)
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=30)
+            # turn.done may come before the answer has played (the real gateway does that): let it finish
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000)
+
+            # A typed turn.
+            await page.get_by_label("Type a message").fill("Hello from the keyboard")
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=10_000)
+
+            transcript = await page.locator("#transcript li").all_inner_texts()
+            latency = await page.locator("#latency").inner_text()
+            events = await debug(page, "events")
+            state = await debug(page, "state")
+            frames_sent = await debug(page, "framesSent")
+            unheard = await page.locator("#transcript li.assistant").first.locator(".unheard").all_inner_texts()
+            await page.screenshot(path=str(artifacts / "after.png"), full_page=True)
+        finally:
+            await browser.close()
+    return ConversationRun(log, played, screenshot, transcript, latency, events, frames_sent, "".join(unheard),
+                           state, time.monotonic() - started)
+
+
+@dataclass
+class TextOnlyRun:
+    log: BrowserLog
+    alerts: str
+    camera_status: str
+    transcript: list[str]
+    connection_texts: list[str]
+    health: str
+    interrupts: list[dict]
+
+
+# Without --use-fake-ui-for-media-stream headless Chromium denies the permission prompt; with it but without fake
+# devices, this (device-less) machine has no microphone or camera to give.
+NO_MIC_ARGS = {
+    "denied": [*BASE_ARGS, "--use-fake-device-for-media-stream"],
+    "missing": [*BASE_ARGS, "--use-fake-ui-for-media-stream"],
+}
+
+
+async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text: str,
+                        long_text: str) -> TextOnlyRun:
+    """Start without a usable microphone, type a turn, then texts the server answers with failures, then one that
+    makes it drop the socket; the page reconnects; then pick another voice; then stop a long answer with Escape."""
+    log = BrowserLog()
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=NO_MIC_ARGS[mode])
+        try:
+            page = await browser.new_page()
+            log.attach(page)
+            connection_texts: list[str] = []
+            await page.expose_function("recordConnection", lambda text: connection_texts.append(text))
+            await page.goto(base_url)
+            await page.evaluate("""new MutationObserver(() => window.recordConnection(
+                document.getElementById('connection').textContent)).observe(
+                document.getElementById('connection'), {childList: true, characterData: true, subtree: true})""")
+            await page.get_by_role("button", name="Start").click()
+            await page.wait_for_function("() => window.sottoDebug.events.some(e => e.type === 'session.ready')")
+            await page.get_by_label("Type a message").fill("Typed without a microphone")
+            await page.get_by_role("button", name="Send").click()
+            await wait_for_events(page, "in", "turn.done", 1, timeout_s=20)
+            for failure in failures:
+                await page.get_by_label("Type a message").fill(failure)
+                await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "error", 1, timeout_s=10)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'")
+            alerts = await page.locator("#alerts").inner_text()
+            await page.get_by_label("Type a message").fill(drop_text)
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "session.ready", 2, timeout_s=20)
+            await page.wait_for_function("() => !document.getElementById('text-input').disabled")
+            # A new voice is sent in session.start: the page opens a new session with it.
+            await page.get_by_label("Voice").select_option("jm_kumo")
+            await wait_for_events(page, "in", "session.ready", 3, timeout_s=20)
+            await page.wait_for_function("() => !document.getElementById('text-input').disabled")
+            # An answer whose turn.done comes before it has all played; Escape stops it.
+            await page.get_by_label("Type a message").fill(long_text)
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=20)
+            await page.wait_for_function("() => window.sottoDebug.state === 'speaking'")
+            await page.keyboard.press("Escape")
+            await wait_for_events(page, "out", "interrupt", 1, timeout_s=5)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'")
+            return TextOnlyRun(
+                log=log,
+                alerts=alerts,
+                camera_status=await page.locator("#camera-status").inner_text(),
+                transcript=await page.locator("#transcript li").all_inner_texts(),
+                connection_texts=connection_texts,
+                health=await page.locator("#health").inner_text(),
+                interrupts=[e for e in await debug(page, "events") if e["type"] == "interrupt"],
+            )
+        finally:
+            await browser.close()

@@ -1,0 +1,92 @@
+"""End to end over /ws on the real stack: spoken turns with a camera frame, typed turns, barge-in."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+
+import numpy as np
+from PIL import Image
+
+from services.common.audio import read_wav
+from services.gateway.client import GatewayClient
+from tests.e2e.conftest import RealStack
+
+
+def camera_jpeg(seed: int = 0) -> bytes:
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+def turn_log(stack: RealStack, service: str, turn_id: str, event: str) -> dict:
+    lines = [e for e in stack.log_events(service) if e.get("turn_id") == turn_id and e["event"] == event]
+    assert lines, f"no '{event}' log line for turn {turn_id} in the {service} log"
+    return lines[-1]
+
+
+async def test_spoken_turn_with_a_camera_frame(real_stack: RealStack, utterance) -> None:
+    speech = utterance("What do you see in front of me right now?")
+    async with GatewayClient(real_stack.ws_url) as client:
+        record = await client.spoken_turn(speech, [camera_jpeg(1)], timeout=120)
+    types = [t for t in record.types if t != "health"]
+    for earlier, later in [("speech.started", "speech.ended"), ("speech.ended", "turn.started"),
+                           ("turn.started", "text.delta"), ("audio.start", "audio.done"),
+                           ("audio.done", "turn.done")]:
+        assert types.index(earlier) < types.index(later), types
+    assert len(record.audio) >= 2048 * 2, "no audio chunk arrived"
+    done = record.done
+    assert done["finish_reason"] in ("stop", "length", "degraded"), done
+    assert done["timings"]["ttfa_ms"] > 0 and done["timings"]["endpoint_ms"] >= 0
+    request = turn_log(real_stack, "llm", done["turn_id"], "generate_request")
+    assert request["images"] == 1, request  # the frame sent during the utterance reached the model
+    assert request["audio_bytes"] > 2 * 16000, request  # about a second or more of the utterance
+    generated = turn_log(real_stack, "llm", done["turn_id"], "generated")
+    assert generated["prefill_tokens"] > 25, generated  # audio and image tokens were really prefilled
+
+
+async def test_typed_turn_works_the_same_way(real_stack: RealStack) -> None:
+    async with GatewayClient(real_stack.ws_url) as client:
+        record = await client.text_turn("Hello, who are you?", timeout=120)
+        second = await client.text_turn("And what can you do?", timeout=120)
+    types = record.types
+    assert types.index("turn.started") < types.index("text.delta") < types.index("turn.done")
+    assert record.audio and record.sample_rate == 24000
+    audio_s = len(record.audio) / 2 / record.sample_rate
+    assert 0.2 < audio_s < 60
+    request = turn_log(real_stack, "llm", second.done["turn_id"], "generate_request")
+    assert request["history_turns"] == 2 and request["images"] == 0 and request["audio_bytes"] == 0
+
+
+async def test_barge_in_stops_audio_and_cancels_the_model_calls(real_stack: RealStack) -> None:
+    tts_cancelled = real_stack.metric("tts", "sotto_rpc_total", method="SynthesizeStream", code="CANCELLED")
+    async with GatewayClient(real_stack.ws_url) as client:
+        await client.send(type="text", text="Please tell me a long story about the sea.")
+        start = await client.expect("audio.start", timeout=120)
+        first = await client.next_event(30)
+        assert isinstance(first, bytes)
+        t_interrupt = time.monotonic()
+        await client.send(type="interrupt", turn_id=start["turn_id"], played_samples=1024)
+        late, done = [], None
+        while done is None:
+            item = await client.next_event(30)
+            if isinstance(item, bytes) and time.monotonic() - t_interrupt > 0.1:
+                late.append(item)
+            elif isinstance(item, dict) and item["type"] == "turn.done":
+                done = item
+        await asyncio.sleep(0.5)
+        assert not late, f"{len(late)} audio frames arrived more than 100 ms after the interrupt"
+        assert done["interrupted"] and done["finish_reason"] == "interrupted"
+        assert len(done["heard_text"]) < len(done["text"]) or not done["text"]
+        next_turn = await client.text_turn("Go on.", timeout=120)
+    request = turn_log(real_stack, "llm", next_turn.done["turn_id"], "generate_request")
+    assert request["history_turns"] == 2
+    after = real_stack.metric("tts", "sotto_rpc_total", method="SynthesizeStream", code="CANCELLED")
+    llm_finished = real_stack.metric("llm", "sotto_rpc_total", method="Generate", code="CANCELLED") + \
+        real_stack.metric("llm", "sotto_llm_finished_total", reason="stop") + \
+        real_stack.metric("llm", "sotto_llm_finished_total", reason="length")
+    assert after == tts_cancelled + 1, "the tts call was not cancelled"
+    assert llm_finished >= 1

@@ -1,0 +1,107 @@
+"""The ONNX engine on the offline kit's real model: speech, chunks, spans, cancel, bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from services.tts.engine import CHUNK_SAMPLES, SAMPLE_RATE, InvalidInput
+from services.tts.text import SentenceSplitter
+
+VOICE = "jf_alpha"  # no English voice exists offline: English text, Japanese voice, lang en-us
+
+
+def plausible_duration(text: str, seconds: float) -> bool:
+    """Between 1.5 and 5 words a second, with a little slack for very short texts."""
+    words = len(text.split())
+    return words / 5.0 - 0.3 <= seconds <= words / 1.5 + 0.8
+
+
+def test_a_sentence_is_speech_of_plausible_length(onnx_engine, vad):
+    text = "The quick brown fox jumps over the lazy dog near the quiet river bank."
+    chunks = list(onnx_engine.synthesize(text, VOICE, lang="en-us"))
+    report = vad.report(b"".join(c.pcm for c in chunks), SAMPLE_RATE)
+    assert report.speech_fraction >= 0.7, report
+    assert plausible_duration(text, report.duration_s), report
+
+
+def test_chunks_are_2048_samples_except_each_sentences_last(onnx_engine):
+    text = "First sentence is here. The second one is a little bit longer than that. Third!"
+    chunks = list(onnx_engine.synthesize(text, VOICE))
+    by_sentence: dict[int, list] = {}
+    for chunk in chunks:
+        by_sentence.setdefault(chunk.sentence_index, []).append(chunk)
+    assert sorted(by_sentence) == [0, 1, 2]
+    offset = 0
+    for index, sentence_chunks in sorted(by_sentence.items()):
+        assert all(c.samples == CHUNK_SAMPLES for c in sentence_chunks[:-1])
+        assert 0 < sentence_chunks[-1].samples <= CHUNK_SAMPLES
+        assert [c.last_in_sentence for c in sentence_chunks] == [False] * (len(sentence_chunks) - 1) + [True]
+        for chunk in sentence_chunks:
+            assert chunk.sample_offset == offset
+            offset += chunk.samples
+        span = text[sentence_chunks[0].text_start:sentence_chunks[0].text_end]
+        assert span == ["First sentence is here.", "The second one is a little bit longer than that.",
+                        "Third!"][index]
+
+
+def test_sentences_are_spoken_as_they_stream_in(onnx_engine):
+    """Sentences from a blocking source (text still arriving) are voiced one by one."""
+    splitter = SentenceSplitter()
+    arrivals: list[float] = []
+
+    def sentences():
+        for piece in ["Hello there", ". How", " are you", " today?", " Fine"]:
+            for sentence in splitter.push(piece):
+                arrivals.append(time.perf_counter())
+                yield sentence
+        yield from splitter.close()
+
+    seen = [(c.sentence_index, c.text_start, c.text_end) for c in onnx_engine.synthesize_sentences(
+        sentences(), VOICE) if c.last_in_sentence]
+    assert seen == [(0, 0, 12), (1, 13, 31), (2, 32, 36)]
+
+
+def test_cancel_mid_run_stops_within_a_chunk(onnx_engine):
+    text = ("This is a rather long sentence that keeps going without any pause at all, so that the model "
+            "has a great deal of work to do in one single run of the network before any audio exists.")
+    cancel = threading.Event()
+    timer = threading.Timer(0.2, cancel.set)
+    started = time.perf_counter()
+    timer.start()
+    chunks = list(onnx_engine.synthesize(text, VOICE, cancel=cancel))
+    elapsed = time.perf_counter() - started
+    timer.cancel()
+    assert chunks == []
+    assert elapsed < 0.2 + 0.3, f"engine kept running {elapsed - 0.2:.2f} s after cancel"
+
+
+def test_cancel_between_chunks_yields_no_more(onnx_engine):
+    cancel = threading.Event()
+    stream = onnx_engine.synthesize("One sentence here. And another sentence after it.", VOICE, cancel=cancel)
+    first = next(stream)
+    cancel.set()
+    assert list(stream) == []
+    assert first.samples == CHUNK_SAMPLES
+    # the engine is free again at once
+    assert next(onnx_engine.synthesize("Ready.", VOICE)).samples > 0
+
+
+def test_voices(onnx_engine):
+    assert onnx_engine.voices() == ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(text="Hi.", voice="af_nobody"), "available voices: jf_alpha"),
+    (dict(text="   "), "text is empty"),
+    (dict(text="x" * 5000), "the limit is 4000"),
+    (dict(text="Hi.", speed=3.0), "use 0.5 to 2.0"),
+    (dict(text="Hi.", lang="xx"), "use one of en-us, en-gb"),
+    (dict(text="🎉 **"), "nothing to speak"),
+])
+def test_bad_input_is_refused_with_what_is_accepted(onnx_engine, kwargs, message):
+    kwargs.setdefault("voice", VOICE)
+    with pytest.raises(InvalidInput, match=message):
+        onnx_engine.synthesize(**kwargs)

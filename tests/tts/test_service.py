@@ -1,0 +1,182 @@
+"""The tts gRPC service over loopback, on the real ONNX engine."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common import audio, config
+from services.tts.engine import CHUNK_SAMPLES
+from services.tts.server import TtsServicer
+from sotto.v1 import tts_pb2, tts_pb2_grpc
+from tests.helpers import free_port, wait_until
+
+VOICE = tts_pb2.VoiceConfig(voice="jf_alpha", language="en-us")
+LONG = ("This is a long answer that goes on for quite a while, so that the engine has plenty of work "
+        "to do. It has a second sentence as well. And a third one, to be sure that it keeps going.")
+
+
+@pytest.fixture
+async def tts(onnx_engine):
+    """(stub, executor) for a TtsServicer on an in-process server with the session's engine."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-engine")
+    servicer = TtsServicer(config.TtsConfig(), executor)
+    servicer.engine = onnx_engine
+    server = grpc.aio.server()
+    tts_pb2_grpc.add_TtsServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    yield tts_pb2_grpc.TtsServiceStub(channel), executor
+    await channel.close()
+    await server.stop(0)
+    executor.shutdown(wait=True)
+
+
+async def engine_free_after(executor: ThreadPoolExecutor) -> float:
+    """Seconds until the engine's worker thread can take new work."""
+    started = time.perf_counter()
+    await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
+    return time.perf_counter() - started
+
+
+async def test_synthesize_streams_chunks_with_spans(tts):
+    stub, _ = tts
+    text = "Hello there. How are you today?"
+    outs = [o async for o in stub.Synthesize(tts_pb2.SynthesizeRequest(text=text, config=VOICE), timeout=60)]
+    assert {o.sample_rate for o in outs} == {24000}
+    assert all(len(o.pcm16) == 2 * CHUNK_SAMPLES for o in outs if not o.sentence_end)
+    ends = [o for o in outs if o.sentence_end]
+    assert [(o.sentence_index, text[o.text_start:o.text_end], o.sentence_text) for o in ends] == [
+        (0, "Hello there.", "Hello there."), (1, "How are you today?", "How are you today?")]
+    assert outs[-1].sample_offset + len(outs[-1].pcm16) // 2 == sum(len(o.pcm16) for o in outs) // 2
+
+
+async def test_first_audio_arrives_before_the_input_is_closed(tts):
+    stub, _ = tts
+    pieces: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        yield tts_pb2.SynthesizeStreamRequest(config=VOICE)
+        while (piece := await pieces.get()) is not None:
+            yield tts_pb2.SynthesizeStreamRequest(text=piece)
+
+    call = stub.SynthesizeStream(requests(), timeout=120)
+    for piece in ["Hello", " there", ".", " How"]:
+        await pieces.put(piece)
+    first = await asyncio.wait_for(call.read(), timeout=60)  # the input is still open
+    assert first.sentence_index == 0 and first.sentence_text == "Hello there."
+    for piece in [" are", " you?", " Fine"]:
+        await pieces.put(piece)
+    await pieces.put(None)
+    rest = []
+    while (out := await call.read()) != grpc.aio.EOF:
+        rest.append(out)
+    assert [o.sentence_text for o in rest if o.sentence_end] == ["Hello there.", "How are you?", "Fine"]
+
+
+@pytest.mark.parametrize("request_, message", [
+    (tts_pb2.SynthesizeRequest(text="Hi.", config=tts_pb2.VoiceConfig(voice="af_nobody")), "available voices"),
+    (tts_pb2.SynthesizeRequest(text=" "), "text is empty"),
+    (tts_pb2.SynthesizeRequest(text="x" * 4001), "the limit is 4000"),
+    (tts_pb2.SynthesizeRequest(text="Hi.", config=tts_pb2.VoiceConfig(speed=9)), "0.5 to 2.0"),
+])
+async def test_bad_input_is_invalid_argument(tts, request_, message):
+    stub, _ = tts
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in stub.Synthesize(request_, timeout=30):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in caught.value.details()
+
+
+async def test_stream_over_the_length_limit_is_invalid_argument(tts):
+    stub, _ = tts
+
+    async def requests():
+        yield tts_pb2.SynthesizeStreamRequest(config=VOICE)
+        yield tts_pb2.SynthesizeStreamRequest(text="y" * 4001)
+
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        async for _ in stub.SynthesizeStream(requests(), timeout=30):
+            pass
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_cancel_after_first_chunk_frees_the_engine(tts):
+    stub, executor = tts
+    call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=LONG, config=VOICE), timeout=120)
+    await call.read()
+    call.cancel()
+    assert await engine_free_after(executor) < 0.5
+
+
+async def test_cancel_during_a_model_run_frees_the_engine(tts):
+    stub, executor = tts
+    call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=LONG, config=VOICE), timeout=120)
+    await asyncio.sleep(0.3)  # the first clause is being synthesised
+    call.cancel()
+    assert await engine_free_after(executor) < 0.5
+
+
+async def test_stream_cancel_while_waiting_for_text_frees_the_engine(tts):
+    stub, executor = tts
+    hold = asyncio.Event()
+
+    async def requests():
+        yield tts_pb2.SynthesizeStreamRequest(config=VOICE)
+        yield tts_pb2.SynthesizeStreamRequest(text="Still thinking about")
+        await hold.wait()
+
+    call = stub.SynthesizeStream(requests(), timeout=120)
+    await asyncio.sleep(0.3)
+    call.cancel()
+    assert await engine_free_after(executor) < 0.5
+    hold.set()
+
+
+async def test_list_voices(tts):
+    stub, _ = tts
+    reply = await stub.ListVoices(tts_pb2.ListVoicesRequest(), timeout=10)
+    assert reply.default_voice == "jf_alpha"
+    assert [(v.name, v.language) for v in reply.voices][:2] == [("jf_alpha", "ja"), ("jf_gongitsune", "ja")]
+
+
+def test_server_process_serves_the_kit_and_the_client_writes_a_wav(kit, tmp_path):
+    port, metrics_port = free_port(), free_port()
+    env = dict(os.environ, SOTTO_MODEL_DIR=str(kit.parent), SOTTO_TTS_PORT=str(port),
+               SOTTO_TTS_METRICS_PORT=str(metrics_port), SOTTO_OFFLINE="true", SOTTO_TTS_ENGINE="onnx")
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen([sys.executable, "-m", "services.tts.server"], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+
+            def serving():
+                try:
+                    status = health.Check(health_pb2.HealthCheckRequest(service="sotto.v1.TtsService"), timeout=1)
+                except grpc.RpcError:
+                    return False
+                return status.status == health_pb2.HealthCheckResponse.SERVING
+
+            wait_until(serving, timeout=120, what="tts SERVING")
+        out = tmp_path / "out.wav"
+        done = subprocess.run([sys.executable, "-m", "services.tts.client", "Hello from the client.",
+                               "-o", str(out), "--addr", f"127.0.0.1:{port}"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        wav = audio.read_wav(out.read_bytes())
+        assert wav.sample_rate == 24000 and 0.8 < wav.duration_s < 5
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
