@@ -10,6 +10,7 @@ free before giving up its slot. Domain errors become statuses here and only here
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -40,6 +41,8 @@ DECODE_RATE = Histogram(
     "sotto_llm_decode_tokens_per_second", "Decode speed per reply.", buckets=(5, 10, 20, 30, 50, 80, 120, 200, 500, 1000)
 )
 FINISHED = Counter("sotto_llm_finished_total", "Replies by finish reason.", ["reason"])
+DEGRADED_ROUTED = Counter("sotto_llm_fallback_requests_total",
+                          "Requests sent to SOTTO_LLM_FALLBACK_MODEL because their session degraded before.")
 REFUSED = Counter("sotto_llm_refused_total", "Requests refused before generation, by cause.", ["cause"])
 
 _FINISH = {
@@ -120,8 +123,12 @@ def _finish(generation, step: concurrent.futures.Future | None) -> None:
 
 class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
     def __init__(self, engine: LlmEngine, admission: Admission, defaults: SamplingDefaults, *,
-                 fallback: bool = False, note: str = ""):
+                 fallback: bool = False, note: str = "", smaller: LlmEngine | None = None):
         self._engine = engine
+        # SOTTO_LLM_FALLBACK_MODEL: once a session's reply degraded (time limit), its later turns go to this
+        # smaller model, unless they carry media it cannot take.
+        self._smaller = smaller
+        self._degraded_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._admission = admission
         self._defaults = defaults
         self._fallback = fallback
@@ -150,12 +157,13 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             "history_turns": len(request.history), "audio_bytes": len(request.user.audio_wav),
             "images": len(request.user.images), "text_chars": len(request.user.text)})
         try:
-            generation = self._engine.generate(to_engine_request(request, self._defaults))
+            engine = self._engine_for(request)
+            generation = engine.generate(to_engine_request(request, self._defaults))
             async with self._admission.admit():
                 queue_wait = time.monotonic() - started
                 # aclosing: if the call ends while we wait at `yield`, the inner stream is closed
                 # here and now (cancel + drain), not whenever the garbage collector gets to it.
-                async with contextlib.aclosing(self._stream(generation, queue_wait)) as events:
+                async with contextlib.aclosing(self._stream(generation, queue_wait, request.session_id)) as events:
                     async for event in events:
                         yield event
         except InvalidInput as exc:
@@ -177,7 +185,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             metrics.RPC_TOTAL.labels("Generate", code.name).inc()
             metrics.RPC_SECONDS.labels("Generate").observe(time.monotonic() - started)
 
-    async def _stream(self, generation, queue_wait: float):
+    async def _stream(self, generation, queue_wait: float, session_id: str):
         step = None
         try:
             while True:
@@ -189,6 +197,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
                     yield llm_pb2.GenerateEvent(text_delta=event.text)
                 else:
                     self._observe(event)
+                    self._note_degraded(session_id, event)
                     yield done_event(event, queue_wait)
         except (asyncio.CancelledError, GeneratorExit):
             # The call is gone (cancelled, deadline, server stopping): stop decoding, and hold the
@@ -214,12 +223,29 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             "total_ms": round(finished.total_s * 1000), "reused": finished.reused_conversation,
         })
 
+    def _engine_for(self, request) -> LlmEngine:
+        if self._smaller is None or request.session_id not in self._degraded_sessions:
+            return self._engine
+        info = self._smaller.info
+        if (request.user.audio_wav and not info.audio) or (request.user.images and not info.vision):
+            return self._engine
+        DEGRADED_ROUTED.inc()
+        return self._smaller
+
+    def _note_degraded(self, session_id: str, finished: Finished) -> None:
+        if self._smaller is not None and session_id and finished.finish_reason is FinishReason.DEGRADED:
+            self._degraded_sessions[session_id] = None
+            while len(self._degraded_sessions) > 1024:
+                self._degraded_sessions.popitem(last=False)
+
     async def close(self) -> None:
         """Wait for cancelled generations to wind down, then free the engine."""
         if self._draining:
             await asyncio.wait(set(self._draining))
         await asyncio.to_thread(self._executor.shutdown, wait=True, cancel_futures=True)
         await asyncio.to_thread(self._engine.close)
+        if self._smaller is not None:
+            await asyncio.to_thread(self._smaller.close)
 
 
 def resolve_model(cfg: config.LlmConfig, common: config.CommonConfig) -> tuple[Path, bool, str]:
@@ -272,7 +298,14 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
         except (EngineError, MemoryBudgetError) as exc:
             raise SystemExit(f"llm: {exc}") from exc
         warm = await asyncio.to_thread(engine.warmup)
-        servicer = LlmServicer(engine, Admission(cfg.max_concurrent), defaults, fallback=fallback, note=note)
+        smaller = None
+        if cfg.fallback_model is not None:
+            if not cfg.fallback_model.exists():
+                raise SystemExit(f"llm: SOTTO_LLM_FALLBACK_MODEL={cfg.fallback_model} does not exist")
+            smaller = await asyncio.to_thread(LlmEngine, engine_config(cfg, common, cfg.fallback_model))
+            await asyncio.to_thread(smaller.warmup)
+        servicer = LlmServicer(engine, Admission(cfg.max_concurrent), defaults, fallback=fallback, note=note,
+                               smaller=smaller)
         servicers.append(servicer)
         info = engine.info
         return {"model": info.name, "backend": info.backend, "audio": str(info.audio), "vision": str(info.vision),
