@@ -38,6 +38,11 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiting)
 
+    @property
+    def running(self) -> int:
+        """Admitted requests holding the engine (a cancelled one holds it until the engine is free)."""
+        return self._running
+
     @contextlib.asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
         if self._admitted >= self.max_admitted:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics, models
 from services.llm.admission import Admission
@@ -33,17 +33,33 @@ _LOGGER = logging.getLogger(__name__)
 
 OFFLINE_MODEL = "smollm2-135m-instruct.litertlm"  # what tools/models/llm_kit builds as `instruct`
 
+# Time per output token: 2 ms (a small model on a GPU) to 0.5 s (a large one on a slow CPU).
+TOKEN_BUCKETS = (0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5)
+
+QUEUE_DEPTH = Gauge("sotto_llm_queue_depth", "Admitted requests waiting for the engine.")
+ACTIVE = Gauge("sotto_llm_active_requests", "Requests holding the engine (generating, or winding down a cancel).")
 TTFT_SECONDS = Histogram(
     "sotto_llm_time_to_first_token_seconds", "Time from admission to the first streamed text.",
-    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 8),
+    buckets=metrics.LATENCY_BUCKETS,
 )
-DECODE_RATE = Histogram(
-    "sotto_llm_decode_tokens_per_second", "Decode speed per reply.", buckets=(5, 10, 20, 30, 50, 80, 120, 200, 500, 1000)
+TOKEN_SECONDS = Histogram(
+    "sotto_llm_time_per_output_token_seconds", "Decode time per token, one observation per reply.",
+    buckets=TOKEN_BUCKETS,
 )
-FINISHED = Counter("sotto_llm_finished_total", "Replies by finish reason.", ["reason"])
+PREFILL_TOKENS = Counter("sotto_llm_prefill_tokens_total", "Prompt tokens prefilled, cancelled generations included.")
+DECODE_TOKENS = Counter("sotto_llm_decode_tokens_total", "Tokens decoded, cancelled generations included.")
+FINISHED = Counter("sotto_llm_finished_total", "Replies sent to the end, by finish reason.", ["reason"])
+CANCELLED = Counter("sotto_llm_cancelled_total", "Requests the caller cancelled, by phase.", ["phase"])
 DEGRADED_ROUTED = Counter("sotto_llm_fallback_requests_total",
                           "Requests sent to SOTTO_LLM_FALLBACK_MODEL because their session degraded before.")
 REFUSED = Counter("sotto_llm_refused_total", "Requests refused before generation, by cause.", ["cause"])
+# Known label values start at 0, so rate() and increase() work before the first event.
+for _reason in ("stop", "length", "degraded"):
+    FINISHED.labels(_reason)
+for _phase in ("queued", "prefill", "decode"):
+    CANCELLED.labels(_phase)
+for _cause in ("busy", "invalid"):
+    REFUSED.labels(_cause)
 
 _FINISH = {
     FinishReason.STOP: llm_pb2.STOP,
@@ -113,12 +129,22 @@ def _step(generation):
     return next(generation, None)
 
 
+def _count_tokens(finished: Finished) -> None:
+    PREFILL_TOKENS.inc(finished.prefill_tokens)
+    DECODE_TOKENS.inc(finished.decode_tokens)
+
+
 def _finish(generation, step: concurrent.futures.Future | None) -> None:
-    """After a cancel: let the in-flight step return, then run the generation to its end."""
+    """After a cancel: let the in-flight step return, run the generation to its end, count its tokens."""
+    last = None
     if step is not None:
         concurrent.futures.wait([step])
-    for _ in generation:
-        pass
+        if not step.cancelled() and step.exception() is None:
+            last = step.result()
+    for event in generation:
+        last = event
+    if isinstance(last, Finished):
+        _count_tokens(last)
 
 
 class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
@@ -130,6 +156,9 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         self._smaller = smaller
         self._degraded_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._admission = admission
+        # The gauges read the admission at scrape time (the last servicer built wins; a process has one).
+        QUEUE_DEPTH.set_function(lambda: admission.waiting)
+        ACTIVE.set_function(lambda: admission.running)
         self._defaults = defaults
         self._fallback = fallback
         self._note = note
@@ -153,6 +182,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         grpc_server.rpc_context_ids(context)
         started = time.monotonic()
         code = grpc.StatusCode.OK
+        admitted = False
         _LOGGER.info("generate_request", extra={
             "history_turns": len(request.history), "audio_bytes": len(request.user.audio_wav),
             "images": len(request.user.images), "text_chars": len(request.user.text)})
@@ -160,6 +190,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             engine = self._engine_for(request)
             generation = engine.generate(to_engine_request(request, self._defaults))
             async with self._admission.admit():
+                admitted = True
                 queue_wait = time.monotonic() - started
                 # aclosing: if the call ends while we wait at `yield`, the inner stream is closed
                 # here and now (cancel + drain), not whenever the garbage collector gets to it.
@@ -178,24 +209,31 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             code = grpc.StatusCode.UNAVAILABLE
             _LOGGER.error("engine_error", extra={"error": str(exc)})
             await context.abort(code, str(exc))
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # GeneratorExit: the call ended while this generator waited at `yield` (see _stream).
             code = grpc.StatusCode.CANCELLED
+            if not admitted:
+                CANCELLED.labels("queued").inc()
             raise
         finally:
             metrics.RPC_TOTAL.labels("Generate", code.name).inc()
             metrics.RPC_SECONDS.labels("Generate").observe(time.monotonic() - started)
 
     async def _stream(self, generation, queue_wait: float, session_id: str):
-        step = None
+        step = None  # the engine step in flight, if any
+        phase = "prefill"  # what a cancel cuts short; None once the reply is complete
         try:
             while True:
                 step = self._executor.submit(_step, generation)
                 event = await asyncio.wrap_future(step)
+                step = None
                 if event is None:
                     return
                 if isinstance(event, TextDelta):
+                    phase = "decode"
                     yield llm_pb2.GenerateEvent(text_delta=event.text)
                 else:
+                    phase = None
                     self._observe(event)
                     self._note_degraded(session_id, event)
                     yield done_event(event, queue_wait)
@@ -204,6 +242,8 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             # admission slot until the engine is really free. The drain runs on its own thread, so it
             # neither waits behind nor depends on the engine executor.
             generation.cancel()
+            if phase is not None:
+                CANCELLED.labels(phase).inc()
             drain = asyncio.ensure_future(asyncio.to_thread(_finish, generation, step))
             self._draining.add(drain)
             drain.add_done_callback(self._draining.discard)
@@ -216,7 +256,8 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         if finished.time_to_first_token_s is not None:
             TTFT_SECONDS.observe(finished.time_to_first_token_s)
         if finished.decode_tokens_per_s > 0:
-            DECODE_RATE.observe(finished.decode_tokens_per_s)
+            TOKEN_SECONDS.observe(1 / finished.decode_tokens_per_s)
+        _count_tokens(finished)
         _LOGGER.info("generated", extra={
             "finish": finished.finish_reason.value, "prefill_tokens": finished.prefill_tokens,
             "decode_tokens": finished.decode_tokens, "ttft_ms": round((finished.time_to_first_token_s or 0) * 1000),

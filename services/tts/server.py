@@ -13,11 +13,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from prometheus_client import Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics
 from services.tts import models
@@ -32,7 +32,9 @@ _LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h":
 
 FIRST_CHUNK_SECONDS = Histogram(
     "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
-    ["method"], buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 4, 8))
+    ["method"], buckets=metrics.LATENCY_BUCKETS)
+ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
+AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
 
 
 def _audio_out(chunk, sample_rate: int) -> tts_pb2.AudioOut:
@@ -60,16 +62,20 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the TTS model is still loading")
         return self.engine
 
-    async def _speak(self, method: str, chunks: Iterator, context: grpc.aio.ServicerContext,
-                     started: float) -> AsyncIterator[tts_pb2.AudioOut]:
-        """Step the engine's iterator on the worker thread; yield each chunk as it comes."""
+    async def _speak(self, method: str, chunks: Iterator, context: grpc.aio.ServicerContext, started: float,
+                     text_at: Callable[[], float]) -> AsyncIterator[tts_pb2.AudioOut]:
+        """Step the engine's iterator on the worker thread; yield each chunk as it comes.
+
+        `text_at()` is when the first text to speak arrived, the origin of the first-chunk latency."""
         first = True
         code = grpc.StatusCode.OK
+        ACTIVE_STREAMS.inc()
         try:
             while (chunk := await self._call(next, chunks, None)) is not None:
                 if first:
-                    FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - started)
+                    FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
                     first = False
+                AUDIO_SECONDS.inc(chunk.samples / self.engine.sample_rate)
                 yield _audio_out(chunk, self.engine.sample_rate)
         except (asyncio.CancelledError, GeneratorExit):
             code = grpc.StatusCode.CANCELLED  # barge-in or deadline: counted, so cancellations are visible
@@ -78,6 +84,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             code = grpc.StatusCode.UNKNOWN
             raise
         finally:
+            ACTIVE_STREAMS.dec()
             self._executor.submit(chunks.close)  # ordered before the next call's work
             metrics.RPC_TOTAL.labels(method, code.name).inc()
             metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
@@ -94,7 +101,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         except InvalidInput as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         _LOGGER.info("synthesize", extra={"chars": len(request.text), "voice": voice or engine.default_voice})
-        async for out in self._speak("Synthesize", chunks, context, started):
+        async for out in self._speak("Synthesize", chunks, context, started, lambda: started):
             yield out
 
     async def SynthesizeStream(self, request_iterator, context):
@@ -110,6 +117,12 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         sentences: queue.Queue = queue.Queue()
         splitter = engine.splitter()
         received = time.perf_counter()
+        sentence_at: list[float] = []  # when the first complete sentence arrived
+
+        def put_sentence(sentence: Sentence) -> None:
+            if not sentence_at:
+                sentence_at.append(time.perf_counter())
+            sentences.put(sentence)
 
         async def read() -> None:
             total = 0
@@ -122,9 +135,9 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
                     if total > engine.max_chars:
                         raise InvalidInput(f"text is over {engine.max_chars} characters, the limit")
                     for sentence in splitter.push(request.text):
-                        sentences.put(sentence)
+                        put_sentence(sentence)
                 for sentence in splitter.close():
-                    sentences.put(sentence)
+                    put_sentence(sentence)
             finally:
                 sentences.put(_END)
 
@@ -144,7 +157,8 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         reader = asyncio.create_task(read(), name="tts::SynthesizeStream.read")
         try:
-            async for out in self._speak("SynthesizeStream", chunks, context, received):
+            async for out in self._speak("SynthesizeStream", chunks, context, received,
+                                         lambda: sentence_at[0] if sentence_at else received):
                 yield out
             await reader  # surfaces an input error (too long) after the audio already sent
         except InvalidInput as exc:
