@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.llm.admission import Admission
 from services.llm.server import LlmServicer, SamplingDefaults
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
-from tests.helpers import free_port
+from tests.helpers import eventually, free_port, metric
 from tests.llm.conftest import TINY_MM, image_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,6 +137,49 @@ async def test_deadline_is_deadline_exceeded(stub):
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await collect(stub.Generate(request("story 0", max_new_tokens=1900), timeout=0.2))
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_a_reply_counts_its_tokens_and_timings(stub):
+    names = ("sotto_llm_prefill_tokens_total", "sotto_llm_decode_tokens_total",
+             "sotto_llm_time_to_first_token_seconds_count", "sotto_llm_time_per_output_token_seconds_count")
+    before = {name: metric(name) for name in names}
+    replies = metric("sotto_llm_finished_total", reason="stop") + metric("sotto_llm_finished_total", reason="length")
+    _, done = await collect(stub.Generate(request("Count to ten.", max_new_tokens=8), timeout=10))
+    grown = {name: metric(name) - before[name] for name in names}
+    assert grown == {"sotto_llm_prefill_tokens_total": done.timings.prefill_tokens,
+                     "sotto_llm_decode_tokens_total": done.timings.decode_tokens,
+                     "sotto_llm_time_to_first_token_seconds_count": 1,
+                     "sotto_llm_time_per_output_token_seconds_count": 1}
+    assert done.timings.prefill_tokens > 0 and done.timings.decode_tokens > 0
+    assert metric("sotto_llm_finished_total", reason="stop") + \
+        metric("sotto_llm_finished_total", reason="length") == replies + 1
+
+
+async def test_queue_busy_refusals_and_cancels_show_in_the_metrics(stub, admission):
+    busy = metric("sotto_llm_refused_total", cause="busy")
+    queued = metric("sotto_llm_cancelled_total", phase="queued")
+    decoding = metric("sotto_llm_cancelled_total", phase="decode")
+    decoded = metric("sotto_llm_decode_tokens_total")
+    long = request("story 0", max_new_tokens=1900)
+    first = stub.Generate(long, timeout=30)
+    await first.read()
+    await first.read()  # decoding
+    second = stub.Generate(long, timeout=30)
+    second_reader = asyncio.ensure_future(second.read())
+    await eventually(lambda: admission.waiting == 1, 2, "the second call to queue")
+    assert metric("sotto_llm_queue_depth") == 1 and metric("sotto_llm_active_requests") == 1
+    with pytest.raises(grpc.aio.AioRpcError):
+        await collect(stub.Generate(request(), timeout=5))
+    assert metric("sotto_llm_refused_total", cause="busy") == busy + 1
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second_reader
+    await eventually(lambda: metric("sotto_llm_cancelled_total", phase="queued") == queued + 1, 2, "a queued cancel")
+    assert metric("sotto_llm_queue_depth") == 0
+    first.cancel()
+    await eventually(lambda: metric("sotto_llm_active_requests") == 0, 2, "the engine to be free")
+    assert metric("sotto_llm_cancelled_total", phase="decode") == decoding + 1
+    assert metric("sotto_llm_decode_tokens_total") >= decoded + 2  # the cancelled reply's tokens count too
 
 
 def test_service_process_serves_health_and_the_cli(tmp_path):

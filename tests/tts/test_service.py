@@ -18,7 +18,7 @@ from services.common import audio, config
 from services.tts.engine import CHUNK_SAMPLES
 from services.tts.server import TtsServicer
 from sotto.v1 import tts_pb2, tts_pb2_grpc
-from tests.helpers import free_port, wait_until
+from tests.helpers import eventually, free_port, metric, wait_until
 
 VOICE = tts_pb2.VoiceConfig(voice="jf_alpha", language="en-us")
 LONG = ("This is a long answer that goes on for quite a while, so that the engine has plenty of work "
@@ -142,6 +142,42 @@ async def test_stream_cancel_while_waiting_for_text_frees_the_engine(tts):
     call.cancel()
     assert await engine_free_after(executor) < 0.5
     hold.set()
+
+
+async def test_synthesis_counts_the_audio_it_sends(tts):
+    stub, _ = tts
+    audio = metric("sotto_tts_audio_seconds_total")
+    first_chunks = metric("sotto_tts_first_chunk_seconds_count", method="Synthesize")
+    outs = [o async for o in stub.Synthesize(tts_pb2.SynthesizeRequest(text="Hello there.", config=VOICE), timeout=60)]
+    sent = sum(len(o.pcm16) // 2 for o in outs) / 24000
+    assert sent > 0.3 and metric("sotto_tts_audio_seconds_total") - audio == pytest.approx(sent)
+    assert metric("sotto_tts_first_chunk_seconds_count", method="Synthesize") == first_chunks + 1
+    assert metric("sotto_tts_active_streams") == 0
+
+
+async def test_stream_is_active_while_open_and_its_first_chunk_is_timed_from_the_sentence(tts):
+    stub, _ = tts
+    waited = metric("sotto_tts_first_chunk_seconds_sum", method="SynthesizeStream")
+    pieces: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        yield tts_pb2.SynthesizeStreamRequest(config=VOICE)
+        while (piece := await pieces.get()) is not None:
+            yield tts_pb2.SynthesizeStreamRequest(text=piece)
+
+    opened = time.perf_counter()
+    call = stub.SynthesizeStream(requests(), timeout=120)
+    await eventually(lambda: metric("sotto_tts_active_streams") == 1, 10, "the stream to open")
+    await asyncio.sleep(0.5)  # the llm is still writing the first sentence
+    await pieces.put("Hello there. How")  # the next word completes the sentence
+    await call.read()
+    from_open = time.perf_counter() - opened
+    await pieces.put(" are you?")
+    await pieces.put(None)
+    while await call.read() != grpc.aio.EOF:
+        pass
+    assert metric("sotto_tts_first_chunk_seconds_sum", method="SynthesizeStream") - waited < from_open - 0.5
+    await eventually(lambda: metric("sotto_tts_active_streams") == 0, 2, "the stream to close")
 
 
 async def test_list_voices(tts):
