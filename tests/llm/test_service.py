@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -210,6 +211,10 @@ def test_service_process_serves_health_and_the_cli(tmp_path):
         )
         assert cli.returncode == 0, cli.stderr
         assert re.search(r"^\[(stop|length)\] .*prefill \d{3} tokens.*decode [1-8] tokens", cli.stderr), cli.stderr
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        assert re.search(r"^sotto_llm_decode_tokens_total [1-8]\.0$", scraped, re.M), scraped  # not the warm-up's
+        assert re.search(r"^sotto_llm_queue_depth 0\.0$", scraped, re.M), scraped
+        assert re.search(r"^sotto_llm_active_requests 0\.0$", scraped, re.M), scraped
     finally:
         proc.terminate()
         proc.wait(timeout=15)

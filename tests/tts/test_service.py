@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -213,6 +215,10 @@ def test_server_process_serves_the_kit_and_the_client_writes_a_wav(kit, tmp_path
         assert done.returncode == 0, done.stderr
         wav = audio.read_wav(out.read_bytes())
         assert wav.sample_rate == 24000 and 0.8 < wav.duration_s < 5
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        sent = re.search(r"^sotto_tts_audio_seconds_total (\S+)$", scraped, re.M)
+        assert sent and float(sent[1]) == pytest.approx(wav.duration_s, abs=0.01), scraped  # not the warm-up's
+        assert re.search(r"^sotto_tts_active_streams 0\.0$", scraped, re.M), scraped
     finally:
         server.terminate()
         server.wait(timeout=10)
