@@ -328,6 +328,9 @@ def engine_platform(docker: DockerClient) -> str:
     return f"manylinux_2_36_{arch}"
 
 
+SDIST_ONLY = ("docopt==0.6.2",)  # needed by num2words (tts)
+
+
 def build_wheelhouse(plat: str) -> None:
     """The sotto wheel plus every dependency of every extra, as binary wheels for `plat` and CPython 3.11."""
     if WHEELHOUSE.exists():
@@ -341,6 +344,9 @@ def build_wheelhouse(plat: str) -> None:
     subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(WHEELHOUSE), str(ROOT)], check=True,
                    env=env)
     wheel = next(WHEELHOUSE.glob("sotto-*.whl"))
+    # Pure-Python dependencies published only as sdists cannot be fetched with --only-binary: build their
+    # (platform-independent) wheels here, where the download below finds them.
+    subprocess.run([*pip, "wheel", "-q", "--no-deps", "--wheel-dir", str(WHEELHOUSE), *SDIST_ONLY], check=True)
     _say(f"downloading dependencies for {plat}, CPython {PYTHON_VERSION}")
     # pip does not widen a manylinux_2_X tag to older glibc versions by itself: list them (PEP 600).
     arch = plat.split("_", 3)[3]
@@ -351,6 +357,7 @@ def build_wheelhouse(plat: str) -> None:
         platforms += [f"manylinux2010_{arch}", f"manylinux1_{arch}"]
     subprocess.run([*pip, "download", "-q", "--only-binary=:all:", *[a for p in platforms for a in ("--platform", p)],
                     "--python-version", PYTHON_VERSION, "--implementation", "cp", "--dest", str(WHEELHOUSE),
+                    "--find-links", str(WHEELHOUSE),
                     f"sotto[{','.join(EXTRAS)}] @ {wheel.as_uri()}"], check=True)
 
 

@@ -13,8 +13,6 @@ from PIL import Image
 
 from services.gateway.protocol import Frame, ProtocolError
 
-Image.MAX_IMAGE_PIXELS = None  # the gateway checks its own, configurable limit before decoding anything
-
 
 class JitterBuffer:
     """Re-orders frames by sequence number, waiting at most `max_wait_ms` for a missing one.
@@ -140,6 +138,8 @@ def decode_jpeg(payload: bytes, max_pixels: int) -> np.ndarray:
             return np.asarray(thumb, dtype=np.float32)
     except ProtocolError:
         raise
+    except Image.DecompressionBombError as exc:  # Pillow's own guard fires at open for the most extreme ones
+        raise ProtocolError("too_large", f"camera frame is far over the {max_pixels}-pixel limit ({exc})") from None
     except Exception as exc:  # Pillow raises many types for broken data; all mean the same to the client
         raise ProtocolError("bad_frame", f"camera frame is not a decodable JPEG ({exc})") from None
 

@@ -294,8 +294,9 @@ class Session:
                     self._set_state(State.LISTENING, "turn over")
         if result.outcome in ("busy", "error"):
             return
-        user = turn.inp.text or "(spoken)"
-        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=user))
+        # A spoken turn is recorded with the text that was sent (none): the llm service then recognises its own
+        # conversation and reuses it, audio still in the KV cache; it stands in a placeholder when it rebuilds.
+        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=turn.inp.text))
         self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=result.heard_text,
                                             interrupted=result.interrupted))
         self.history_owner = turn

@@ -59,6 +59,12 @@ class Sampling:
         return cls(temperature=0.0, top_p=1.0, top_k=1, seed=0, max_new_tokens=max_new_tokens)
 
 
+def _unheld_content(role: str) -> str:
+    """What a rebuilt conversation says for a turn whose content was media only (a spoken question): the
+    history is text, and the audio lived only in the discarded conversation's KV cache."""
+    return "(spoken; the audio is no longer available)" if role == "user" else "(no reply)"
+
+
 @dataclasses.dataclass(frozen=True)
 class GenerateRequest:
     """One user turn. `history` holds the earlier turns as (role, text); the user turns' text must
@@ -278,7 +284,7 @@ class LlmEngine:
     def _new_conversation(self, request: GenerateRequest):
         s = request.sampling
         sampler = self._lm.SamplerConfig(top_k=s.top_k, top_p=s.top_p, temperature=s.temperature, seed=s.seed)
-        history = [{"role": turn.role, "content": turn.text} for turn in request.history]
+        history = [{"role": turn.role, "content": turn.text or _unheld_content(turn.role)} for turn in request.history]
         tap = stderr_tap()
         mark = tap.mark()
         try:
