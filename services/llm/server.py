@@ -14,6 +14,8 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,6 +306,20 @@ def resolve_model(cfg: config.LlmConfig, common: config.CommonConfig) -> tuple[P
         return offline, True, note
 
 
+def writable_cache_dir(preferred: Path) -> Path:
+    """LiteRT-LM needs an existing, writable cache dir; a read-only model volume (containers) gets a temp one."""
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        if os.access(preferred, os.W_OK):
+            return preferred
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / "sotto-litert-lm-cache"
+    fallback.mkdir(parents=True, exist_ok=True)
+    _LOGGER.warning("cache_dir_fallback", extra={"wanted": str(preferred), "using": str(fallback)})
+    return fallback
+
+
 def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Path) -> EngineConfig:
     return EngineConfig(
         model_path=str(model),
@@ -312,7 +328,7 @@ def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Pat
         audio_backend=cfg.audio_backend,
         cpu_threads=cfg.threads or None,
         context_tokens=cfg.context_tokens,
-        cache_dir=str(common.model_dir / "litert-lm-cache"),
+        cache_dir=str(writable_cache_dir(common.model_dir / "litert-lm-cache")),
         max_sessions=cfg.max_sessions,
         time_limit_s=cfg.max_inference_s,
         media_limits=MediaLimits(
