@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the stack, run every case, the load levels and the components")
-    run.add_argument("--turns", type=int, default=5, help="recorded turns per case (after one warm-up turn)")
+    run.add_argument("--turns", type=int, default=4, help="recorded turns per case (after one warm-up turn)")
     run.add_argument("--levels", type=_levels, default=(1, 2, 4, 8), help="concurrent sessions, comma list")
     run.add_argument("--load-turns", type=int, default=2, help="turns per session at each load level")
     run.add_argument("--load-bound-s", type=float, default=60.0, help="time bound of each load level")
@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=Path("bench/results"))
     run.add_argument("--no-components", action="store_true")
     run.add_argument("--no-spoken", action="store_true", help="typed case and load only")
+    run.add_argument("--cases", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
+                     help="only these spoken cases (spoken_short, spoken_short_camera, spoken_long, "
+                          "spoken_long_camera); the typed case always runs")
+    run.add_argument("--quick-components", action="store_true", help="small component sizes (the bench's test)")
     load = sub.add_parser("load", help="only the load levels (typed turns on the text stack)")
     load.add_argument("--levels", type=_levels, default=(1, 2, 4, 8))
     load.add_argument("--load-turns", type=int, default=2)
@@ -48,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "run":
         bench_run.run(args.turns, args.levels, args.load_turns, args.load_bound_s, args.out, args.timeout,
-                      components_on=not args.no_components, spoken_on=not args.no_spoken)
+                      components_on=not args.no_components, spoken_on=not args.no_spoken,
+                      case_names=args.cases, quick_components=args.quick_components)
         return 0
     return _load_only(args)
 

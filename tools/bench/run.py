@@ -119,9 +119,9 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
     return out
 
 
-def run(turns: int = 5, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
+def run(turns: int = 4, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
         out_dir: Path = Path("bench/results"), timeout: float = 60.0, components_on: bool = True,
-        spoken_on: bool = True) -> dict:
+        spoken_on: bool = True, case_names: tuple[str, ...] = (), quick_components: bool = False) -> dict:
     began = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def run(turns: int = 5, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
                                "targets": {"overhead_ms_p50": TARGET_OVERHEAD_MS,
                                            "overhead_ratio_p50": TARGET_OVERHEAD_RATIO}}}
     work = Path(tempfile.mkdtemp(prefix="sotto-bench-"))
-    cases = spoken_cases(work) if spoken_on else []
+    cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
     steps = (len(cases) + 1) * (turns + 1) + len(levels) + (4 if components_on else 0)
     env_common = {"SOTTO_LLM_TOP_K": "1", "SOTTO_LLM_THREADS": "1", "SOTTO_LLM_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS)}
     engine_rows: dict[str, list[dict]] = {}
@@ -177,7 +177,7 @@ def run(turns: int = 5, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
         plot(result["load"]["levels"], png, result["load"]["admission_limit"])
         result["load"]["plot"] = str(png)
         if components_on:
-            result["components"] = run_components(engine_rows, tts_engine, voice, bar)
+            result["components"] = run_components(engine_rows, tts_engine, voice, bar, quick_components)
     result["overhead"] = overall_overhead(result["cases"])
     result["machine"]["load_average_end"] = stats.load_average()
     result["wall_s"] = round(time.monotonic() - began, 1)
@@ -193,19 +193,22 @@ def _engine_rows(cases: dict) -> list[dict]:
             and r["direct"]["first_token_ms"] is not None]
 
 
-def run_components(engine_rows: dict[str, list[dict]], tts_engine, voice: str, bar: tqdm) -> dict:
+def run_components(engine_rows: dict[str, list[dict]], tts_engine, voice: str, bar: tqdm,
+                   quick: bool = False) -> dict:
+    """`quick`: small sizes, for the bench's own test."""
     out = {"load_average_start": stats.load_average()}
     bar.set_description("components: vad")
-    out["vad"] = components.vad()
+    out["vad"] = components.vad(calls=200, streams=2, seconds=1.0) if quick else components.vad()
     bar.update(1)
     bar.set_description("components: llm")
-    out["llm"] = [components.llm(path, 1, engine_rows=rows) for path, rows in engine_rows.items()]
+    tokens = 16 if quick else 64
+    out["llm"] = [components.llm(path, 1, tokens, tokens, engine_rows=rows) for path, rows in engine_rows.items()]
     bar.update(1)
     bar.set_description("components: tts")
-    out["tts"] = components.tts(tts_engine, voice) if tts_engine is not None else {"skipped": "no engine"}
+    out["tts"] = components.tts(tts_engine, voice, *((1, ("short",)) if quick else ()))
     bar.update(1)
     bar.set_description("components: grpc")
-    out["grpc"] = components.grpc_cost()
+    out["grpc"] = components.grpc_cost(200 if quick else 2000)
     bar.update(1)
     out["load_average_end"] = stats.load_average()
     return out
