@@ -41,6 +41,13 @@ def print_run(r: dict) -> None:
               f"{'met' if o['met'] else 'NOT met'}")
         print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {_p(o['cpu_all_turns_ms'])} ms "
               "per turn")
+    legs = r.get("legs")
+    if legs:
+        for name in ("llm_ttft", "tts_first_chunk"):
+            leg = legs[name]
+            print(f"service vs engine, {name}: service p50 {_p(leg['service_ms'])} ms, engine p50 "
+                  f"{_p(leg['engine_ms'])} ms, difference p50 {_p(leg['overhead_ms'])} ms "
+                  f"(p95 {_p(leg['overhead_ms'], 'p95')})")
     load = r.get("load")
     if load:
         print(f"\nLoad (typed turns; LLM admission limit {load['admission_limit']}), client TTFA ms")

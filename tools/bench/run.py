@@ -24,7 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from tests.e2e.conftest import TINY_LLM, model_dir, start_stack, stop_stack
-from tools.bench import components, procs, stats
+from tools.bench import components, legs, procs, stats
 from tools.bench.direct import DirectPath
 from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
 from tools.bench.load import plot, run_levels
@@ -164,6 +164,8 @@ def run(turns: int = 4, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
             result.setdefault("cases", {}).update(run_cases(stack, direct, [typed_case()], turns, bar, timeout))
             engine_rows[str(model)] = _engine_rows({"typed": result["cases"]["typed"]})
             tts_engine, voice = direct.tts, direct.voice
+            bar.set_description("service legs")
+            result["legs"] = legs.measure(stack.ports, direct)
             direct.close()
             limit = int(stack.env.get("SOTTO_LLM_MAX_CONCURRENT", 2))
             bar.set_description("load")
