@@ -74,7 +74,8 @@ def flatten(tree: object, prefix: str = "") -> dict[str, float]:
     return out
 
 
-# Figures that are not measurements (settings, counts of inputs, the clock) are left out of a comparison.
+# Figures that are not measurements (settings, counts of inputs, the clock) and single turns (`rows`) are
+# left out of a comparison.
 _NOT_COMPARED = ("machine.", "config.", ".n", "started_at")
 
 
@@ -83,7 +84,7 @@ def compare(a: Mapping, b: Mapping) -> list[tuple[str, float, float, float, floa
     fa, fb = flatten(a), flatten(b)
     rows = []
     for key, va in fa.items():
-        if key not in fb or any(key.startswith(p) or key.endswith(p) for p in _NOT_COMPARED):
+        if key not in fb or ".rows[" in key or any(key.startswith(p) or key.endswith(p) for p in _NOT_COMPARED):
             continue
         vb = fb[key]
         rows.append((key, va, vb, vb - va, (vb - va) / va if va else None))
