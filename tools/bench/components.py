@@ -8,6 +8,7 @@ import importlib.util
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,10 +36,11 @@ def llm(model_path: str, threads: int | None, prefill_tokens: int = 64, decode_t
     """litert_lm.Benchmark on the model (fixed prefill/decode token counts) beside what our engine measured."""
     import litert_lm
 
-    bench = litert_lm.Benchmark(model_path, litert_lm.Backend.CPU(thread_count=threads),
-                                prefill_tokens=prefill_tokens, decode_tokens=decode_tokens,
-                                max_num_tokens=prefill_tokens + decode_tokens + 16)
-    info = bench.run()
+    with tempfile.TemporaryDirectory(prefix="sotto-bench-litert-") as cache:  # else it caches beside the model
+        bench = litert_lm.Benchmark(model_path, litert_lm.Backend.CPU(thread_count=threads),
+                                    prefill_tokens=prefill_tokens, decode_tokens=decode_tokens,
+                                    max_num_tokens=prefill_tokens + decode_tokens + 16, cache_dir=cache)
+        info = bench.run()
     out = {"model": Path(model_path).name, "threads": threads,
            "litert_benchmark": {"prefill_tokens": info.last_prefill_token_count,
                                 "decode_tokens": info.last_decode_token_count,
