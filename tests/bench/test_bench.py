@@ -1,0 +1,77 @@
+"""The bench itself: its pure helpers, and one tiny real run (one spoken case, the typed case, two load levels,
+quick components) whose JSON must hold every figure the full run reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools.bench import stats
+from tools.bench.__main__ import main
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+SUMMARY = {"n", "p50", "p95", "p99", "mean", "min", "max"}
+
+
+def test_percentiles_and_summary() -> None:
+    assert stats.percentile([], 50) is None
+    assert stats.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert stats.percentile([0.0, 10.0], 95) == pytest.approx(9.5)
+    s = stats.summary([1.0, 2.0, None, 3.0])
+    assert s.keys() == SUMMARY and s["n"] == 3 and s["p50"] == 2.0 and s["max"] == 3.0
+
+
+def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
+    a = {"machine": {"cores": 2}, "cases": {"typed": {"summary": {"ttfa_ms": {"n": 3, "p50": 100.0}}}},
+         "load": {"levels": [{"level": 1, "busy": 0}]}}
+    b = {"machine": {"cores": 8}, "cases": {"typed": {"summary": {"ttfa_ms": {"n": 3, "p50": 80.0}}}},
+         "load": {"levels": [{"level": 1, "busy": 2}]}}
+    rows = {key: (va, vb, diff) for key, va, vb, diff, _ in stats.compare(a, b)}
+    assert rows["cases.typed.summary.ttfa_ms.p50"] == (100.0, 80.0, -20.0)
+    assert rows["load.levels[1].busy"] == (0.0, 2.0, 2.0)
+    assert not any(k.startswith("machine.") or k.endswith(".n") for k in rows)
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "-20.0%" in capsys.readouterr().out
+
+
+def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
+    out = tmp_path / "results"
+    assert main(["run", "--turns", "1", "--levels", "1,2", "--load-turns", "1", "--cases", "spoken_short_camera",
+                 "--quick-components", "--out", str(out)]) == 0
+    [path] = out.glob("*[0-9].json")
+    r = json.loads(path.read_text())
+    assert {"cpu", "cores", "load_average", "load_average_end"} <= r["machine"].keys()
+    assert r["command"].startswith("python -m tools.bench run") and r["wall_s"] > 0
+    assert set(r["cases"]) == {"spoken_short_camera", "typed"}
+    for name, case in r["cases"].items():
+        s = case["summary"]
+        assert s["ok"] == 1, (name, case["rows"])
+        assert s["ttfa_ms"].keys() == SUMMARY and s["ttfa_ms"]["p50"] > 0
+        assert set(s["stages_ms"]) == {"endpoint", "llm_queue", "first_token", "tts_first_chunk", "first_audio"}
+        assert s["transport_ms"]["n"] == 1
+        assert s["direct_ms"]["first_audio"]["p50"] > 0
+        assert s["overhead_ms"]["n"] == 1 and s["cpu_overhead_ms"]["n"] == 1
+        assert s["overhead_ratio_p50"] is not None and isinstance(s["overhead_met"], bool)
+        assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
+        assert case["load_average"]
+    assert r["cases"]["spoken_short_camera"]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
+    o = r["overhead"]
+    assert {"all_turns_ms", "ratio_p50", "per_case", "cpu_all_turns_ms", "met"} <= o.keys()
+    levels = r["load"]["levels"]
+    assert [row["level"] for row in levels] == [1, 2] and r["load"]["admission_limit"] == 2
+    for row in levels:
+        assert {"turns", "ok", "busy", "errors", "timeouts", "dropped", "refused_http", "ttfa_ms",
+                "load_average"} <= row.keys()
+        assert row["timeouts"] == 0 and row["dropped"] == 0
+    assert (out / f"{r['started_at']}-load.png").stat().st_size > 1000
+    c = r["components"]
+    assert c["vad"]["model_ms_per_window"] > 0
+    assert {row["model"] for row in c["llm"]} == {"tiny-gemma4-mm.litertlm", "smollm2-135m-instruct.litertlm"}
+    for row in c["llm"]:
+        assert row["litert_benchmark"]["decode_tokens_per_s"] > 0 and row["engine"]["ttft_ms_p50"] > 0
+    assert c["tts"]["onnx"]["short"]["rtf"] > 0 and ("rtf" in c["tts"]["mlx"] or "skipped" in c["tts"]["mlx"])
+    assert c["grpc"]["round_trip_us_p50"] > 0 and c["grpc"]["server_stream_us_per_message"] > 0

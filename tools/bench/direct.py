@@ -1,0 +1,117 @@
+"""The direct path: the same LLM and TTS engines in this one process, on the same inputs, with no gRPC,
+WebSocket or gateway between them.
+
+`first_audio` computes the in-process equivalent of the stack's "turn start -> first audio": the LLM runs the
+request (time to first token, then the time until the splitter has the first complete sentence), and the TTS
+engine then speaks that first sentence alone (time to its first chunk). The sum is what the same engines need
+with nothing in between; the engines run one after the other, so they do not compete with each other.
+CPU time of this process is counted for each part, to compare with the stack's processes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from services.common import config
+from services.llm.engine import EngineConfig, Finished, LlmEngine, TextDelta
+from services.llm.server import SamplingDefaults, to_engine_request
+from services.tts import models as tts_models
+from services.tts.engine import create_engine
+from sotto.v1 import llm_pb2
+
+@dataclass
+class DirectTurn:
+    first_token_ms: float | None = None
+    first_sentence_ms: float | None = None   # request -> first sentence complete
+    tts_first_chunk_ms: float | None = None  # first sentence complete -> first audio chunk
+    first_audio_ms: float | None = None      # request -> first audio chunk
+    reply: str = ""
+    decode_tokens: int = 0
+    decode_tokens_per_s: float = 0.0
+    prefill_tokens: int = 0
+    llm_cpu_ms: float = 0.0                  # CPU of this process (all threads) while the LLM ran
+    tts_cpu_ms: float = 0.0                  # ... while the TTS engine spoke the whole reply
+
+
+class DirectPath:
+    """One LlmEngine and one TTS engine built from the stack's own settings (threads, sampling, voice)."""
+
+    def __init__(self, env: dict[str, str], model_path: str) -> None:
+        llm_cfg = config.load(config.LlmConfig, env)
+        tts_cfg = config.load(config.TtsConfig, env)
+        gw_cfg = config.load(config.GatewayConfig, env)
+        self.system_prompt = gw_cfg.system_prompt
+        self.defaults = SamplingDefaults(llm_cfg.temperature, llm_cfg.top_p, llm_cfg.top_k, llm_cfg.max_new_tokens)
+        self.llm = LlmEngine(EngineConfig(model_path=model_path, backend="cpu", vision_backend="cpu",
+                                          cpu_threads=llm_cfg.threads or None,
+                                          context_tokens=llm_cfg.context_tokens,
+                                          time_limit_s=llm_cfg.max_inference_s))
+        self.llm.warmup()
+        self.llm_threads = llm_cfg.threads or None
+        self.tts = create_engine("onnx", tts_cfg_folder(env), default_language=tts_cfg.language,
+                                 max_chars=tts_cfg.max_text_chars, chunk_samples=tts_cfg.chunk_samples)
+        self.tts.warmup()
+        self.voice = tts_cfg.voice if tts_cfg.voice in self.tts.voices() else self.tts.default_voice
+        self.speed = tts_cfg.speed
+
+    def request(self, text: str = "", audio_wav: bytes = b"", jpegs: tuple[bytes, ...] = ()):
+        """The engine request the LLM service would build from the gateway's protobuf request."""
+        proto = llm_pb2.GenerateRequest(
+            system_prompt=self.system_prompt,
+            user=llm_pb2.UserContent(audio_wav=audio_wav, text=text,
+                                     images=[llm_pb2.Image(data=j, mime_type="image/jpeg") for j in jpegs]))
+        return to_engine_request(proto, self.defaults)
+
+    def first_audio(self, request) -> DirectTurn:
+        out = DirectTurn()
+        splitter = self.tts.splitter()
+        sentences: list = []
+        cpu0, started = time.process_time(), time.perf_counter()
+
+        def ms() -> float:
+            return round((time.perf_counter() - started) * 1000, 1)
+
+        for event in self.llm.generate(request):
+            if isinstance(event, TextDelta):
+                if out.first_token_ms is None:
+                    out.first_token_ms = ms()
+                out.reply += event.text
+                sentences += splitter.push(event.text)
+                if sentences and out.first_sentence_ms is None:
+                    out.first_sentence_ms = ms()
+            elif isinstance(event, Finished):
+                out.decode_tokens, out.prefill_tokens = event.decode_tokens, event.prefill_tokens
+                out.decode_tokens_per_s = round(event.decode_tokens_per_s, 1)
+        sentences += splitter.close()
+        if sentences and out.first_sentence_ms is None:
+            out.first_sentence_ms = ms()
+        out.llm_cpu_ms = round((time.process_time() - cpu0) * 1000, 1)
+        if not sentences:
+            return out
+        cpu1, tts_started = time.process_time(), time.perf_counter()
+        chunks = self.tts.synthesize_sentences(sentences, self.voice, self.speed)
+        try:
+            next(chunks, None)
+            out.tts_first_chunk_ms = round((time.perf_counter() - tts_started) * 1000, 1)
+            for _ in chunks:  # the rest of the reply: only its CPU is counted, to compare with the tts service
+                pass
+        finally:
+            chunks.close()
+        out.tts_cpu_ms = round((time.process_time() - cpu1) * 1000, 1)
+        out.first_audio_ms = round(out.first_sentence_ms + out.tts_first_chunk_ms, 1)
+        return out
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+def _first_sentence(out: DirectTurn, ms) -> None:
+    if out.first_sentence_ms is None:
+        out.first_sentence_ms = ms()
+
+
+def tts_cfg_folder(env: dict[str, str]):
+    """The folder the tts service loads its ONNX model from, resolved the same way."""
+    common = config.load(config.CommonConfig, env)
+    return tts_models.model_folder("onnx", config.load(config.TtsConfig, env).model, common)

@@ -1,0 +1,80 @@
+"""Printing a run: per-case TTFA and stages, the pipeline overhead, the load table and the components."""
+
+from __future__ import annotations
+
+
+def _p(s: dict | None, q: str = "p50") -> str:
+    value = None if s is None else s.get(q)
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_run(r: dict) -> None:
+    m = r["machine"]
+    print(f"\nSotto bench {r['started_at']}  {m['cpu']}, {m['cores']} cores, load average "
+          f"{' '.join(map(str, m['load_average']))} (start) / {' '.join(map(str, m['load_average_end']))} (end)")
+    cases = r.get("cases", {})
+    if cases:
+        print("\nTTFA and stages per case, ms (client TTFA p50/p95/p99; stages p50)")
+        print(f"{'case':<20}{'ok':>4}{'TTFA p50':>10}{'p95':>9}{'p99':>9}{'endpt':>8}{'queue':>7}{'1st tok':>9}"
+              f"{'tts 1st':>9}{'transp':>8}")
+        for name, c in cases.items():
+            s = c["summary"]
+            st = s["stages_ms"]
+            print(f"{name:<20}{s['ok']:>4}{_p(s['ttfa_ms']):>10}{_p(s['ttfa_ms'], 'p95'):>9}"
+                  f"{_p(s['ttfa_ms'], 'p99'):>9}{_p(st['endpoint']):>8}{_p(st['llm_queue']):>7}"
+                  f"{_p(st['first_token']):>9}{_p(st['tts_first_chunk']):>9}{_p(s['transport_ms']):>8}")
+        print("\nPipeline overhead = stack (turn start -> first audio at the client) - direct path, per turn, ms")
+        print(f"{'case':<20}{'stack p50':>10}{'direct p50':>11}{'ovh p50':>9}{'ovh p95':>9}{'server-only':>12}"
+              f"{'% TTFA':>8}{'met':>5}{'CPU ovh':>9}")
+        for name, c in cases.items():
+            s = c["summary"]
+            stack = [row["stack"]["client_stage_ms"] for row in c["rows"] if "overhead_ms" in row]
+            stack_p50 = sorted(stack)[len(stack) // 2] if stack else None
+            ratio = s["overhead_ratio_p50"]
+            print(f"{name:<20}{'-' if stack_p50 is None else f'{stack_p50:.1f}':>10}"
+                  f"{_p(s['direct_ms']['first_audio']):>11}{_p(s['overhead_ms']):>9}{_p(s['overhead_ms'], 'p95'):>9}"
+                  f"{_p(s['overhead_server_ms']):>12}{'-' if ratio is None else f'{ratio * 100:.1f}':>8}"
+                  f"{'yes' if s['overhead_met'] else 'no':>5}{_p(s['cpu_overhead_ms']):>9}")
+        o = r["overhead"]
+        ratio = "-" if o["ratio_p50"] is None else f"{o['ratio_p50'] * 100:.1f} %"
+        print(f"all turns: overhead p50 {_p(o['all_turns_ms'])} ms, {ratio} of TTFA; target <= 10 ms and <= 5 %: "
+              f"{'met' if o['met'] else 'NOT met'}")
+        print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {_p(o['cpu_all_turns_ms'])} ms "
+              "per turn")
+    legs = r.get("legs")
+    if legs:
+        for name in ("llm_ttft", "tts_first_chunk"):
+            leg = legs[name]
+            print(f"service vs engine, {name}: service p50 {_p(leg['service_ms'])} ms, engine p50 "
+                  f"{_p(leg['engine_ms'])} ms, difference p50 {_p(leg['overhead_ms'])} ms "
+                  f"(p95 {_p(leg['overhead_ms'], 'p95')})")
+    load = r.get("load")
+    if load:
+        print(f"\nLoad (typed turns; LLM admission limit {load['admission_limit']}), client TTFA ms")
+        print(f"{'sessions':>8}{'turns':>7}{'ok':>5}{'busy':>6}{'errors':>8}{'timeouts':>10}{'dropped':>9}"
+              f"{'http 429/503':>13}{'p50':>9}{'p95':>9}{'p99':>9}{'load avg':>10}")
+        for row in load["levels"]:
+            t = row["ttfa_ms"]
+            print(f"{row['level']:>8}{row['turns']:>7}{row['ok']:>5}{row['busy']:>6}{row['errors']:>8}"
+                  f"{row['timeouts']:>10}{row['dropped']:>9}{row['refused_http']:>13}{_p(t):>9}{_p(t, 'p95'):>9}{_p(t, 'p99'):>9}"
+                  f"{row['load_average'][0]:>10.2f}")
+        print(f"plot: {load['plot']}")
+    comp = r.get("components")
+    if comp:
+        v = comp["vad"]
+        print(f"\nVAD: {v['model_ms_per_window']:.3f} ms CPU per 32 ms window (batch 8: "
+              f"{v['model_batch8_ms_per_window']:.3f}; through VadStream: {v['stream_ms_per_window']:.3f})")
+        for row in comp["llm"]:
+            b = row["litert_benchmark"]
+            e = row.get("engine", {})
+            print(f"LLM {row['model']}: litert_lm.Benchmark TTFT {b['ttft_ms']} ms ({b['prefill_tokens']} tokens), "
+                  f"decode {b['decode_tokens_per_s']} tok/s; our engine TTFT p50 {e.get('ttft_ms_p50')} ms, "
+                  f"decode {e.get('decode_tokens_per_s_p50')} tok/s")
+        for name, row in comp["tts"].get("onnx", {}).items():
+            print(f"TTS onnx {name}: first chunk {row['first_chunk_s'] * 1000:.0f} ms, RTF {row['rtf']:.2f} "
+                  f"(CPU RTF {row['cpu_rtf']:.2f})")
+        print(f"TTS mlx: {comp['tts'].get('mlx')}")
+        g = comp["grpc"]
+        print(f"gRPC loopback ({g['payload_bytes']} B AudioOut): round trip p50 {g['round_trip_us_p50']} us, "
+              f"p95 {g['round_trip_us_p95']} us; server stream {g['server_stream_us_per_message']} us/message")
+    print(f"\nwall time {r['wall_s']:.0f} s; saved {r.get('path', '')}")

@@ -1,0 +1,230 @@
+"""`python -m tools.bench run`: the whole benchmark in one go, saved as bench/results/<timestamp>.json.
+
+Phases, each on an otherwise idle stack:
+1. Spoken cases on the stack with the multimodal model (the tiny Gemma-4-shaped fixture: it takes audio and
+   images), each turn followed by the same request on the direct path (the stack idle meanwhile).
+2. The typed case and the load levels on the stack with the text model (SmolLM2-135M-Instruct, offline kit):
+   it answers in real sentences, as the typed path is meant to.
+3. Components, with no stack running.
+Sampling is made deterministic (top_k = 1) on both paths, so each pair of turns decodes the same reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tests.e2e.conftest import TINY_LLM, model_dir, start_stack, stop_stack
+from tools.bench import components, legs, procs, stats
+from tools.bench.direct import DirectPath
+from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
+from tools.bench.load import plot, run_levels
+from tools.bench.report import print_run
+from tools.bench.wsdriver import run_turn
+
+TARGET_OVERHEAD_MS = 10.0
+# Short replies keep the first sentence short: on a slow, shared CPU a long first sentence makes synthesis
+# (seconds, noisy) drown the milliseconds this bench is after.
+MAX_NEW_TOKENS = 12
+# Every bench session comes from 127.0.0.1, where real users would come from their own addresses.
+LOAD_ENV = {"SOTTO_GATEWAY_MAX_SESSIONS_PER_CLIENT": "16"}
+TARGET_OVERHEAD_RATIO = 0.05
+STAGES = ("endpoint_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms", "ttfa_ms")
+
+
+def instruct_model() -> Path:
+    return model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
+
+
+def _paired(stack_turn, cpu: dict[str, float], direct_turn) -> dict:
+    row = {"stack": asdict(stack_turn), "stack_cpu_ms": cpu, "direct": asdict(direct_turn)}
+    row["stack"].pop("llm_audio_wav", None)
+    if stack_turn.client_stage_ms is not None and direct_turn.first_audio_ms is not None:
+        row["overhead_ms"] = round(stack_turn.client_stage_ms - direct_turn.first_audio_ms, 1)
+        row["overhead_server_ms"] = round(stack_turn.timings["first_audio_ms"] - direct_turn.first_audio_ms, 1)
+    if {"gateway", "llm", "tts"} <= cpu.keys():
+        # CPU the stack spent beyond the engines' own work: the gateway, plus each model service minus the
+        # same engine's CPU in one process. It holds on a busy machine, where wall-clock differences do not.
+        row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] - direct_turn.llm_cpu_ms
+                                       + cpu["tts"] - direct_turn.tts_cpu_ms, 1)
+    return row
+
+
+def summarize_case(name: str, rows: list[dict]) -> dict:
+    ok = [r for r in rows if "overhead_ms" in r]
+    timings = [r["stack"]["timings"] for r in ok]
+    out = {"name": name, "turns": len(rows), "ok": len(ok),
+           "outcomes": {o: sum(r["stack"]["outcome"] == o for r in rows) for o in {r["stack"]["outcome"] for r in rows}},
+           "ttfa_ms": stats.summary(r["stack"]["client_ttfa_ms"] for r in ok),
+           "server_ttfa_ms": stats.summary(t.get("ttfa_ms") for t in timings),
+           "stages_ms": {s[:-3]: stats.summary(t.get(s) for t in timings) for s in STAGES[:-1]},
+           "transport_ms": stats.summary(r["stack"]["transport_ms"] for r in ok),
+           "direct_ms": {k: stats.summary(r["direct"][f"{k}_ms"] for r in ok)
+                         for k in ("first_token", "first_sentence", "tts_first_chunk", "first_audio")},
+           "overhead_ms": stats.summary(r["overhead_ms"] for r in ok),
+           "overhead_server_ms": stats.summary(r["overhead_server_ms"] for r in ok),
+           "cpu_ms": {name: stats.summary(r["stack_cpu_ms"].get(name) for r in ok)
+                      for name in ("gateway", "vad", "llm", "tts")},
+           "direct_cpu_ms": {name: stats.summary(r["direct"][f"{name}_cpu_ms"] for r in ok) for name in ("llm", "tts")},
+           "cpu_overhead_ms": stats.summary(r.get("cpu_overhead_ms") for r in ok)}
+    p50, ttfa = out["overhead_ms"]["p50"], out["ttfa_ms"]["p50"]
+    out["overhead_ratio_p50"] = round(p50 / ttfa, 4) if p50 is not None and ttfa else None
+    out["overhead_met"] = (p50 is not None and p50 <= TARGET_OVERHEAD_MS
+                           and out["overhead_ratio_p50"] <= TARGET_OVERHEAD_RATIO)
+    out["replies"] = sorted({r["stack"]["reply"][:60] for r in ok})[:3]
+    out["same_reply_both_paths"] = all(r["stack"]["reply"] == r["direct"]["reply"] for r in ok)
+    return out
+
+
+def _direct_inputs(direct: DirectPath, case: Case, turn) -> object:
+    if case.source == "text":
+        return direct.request(text=case.text)
+    return direct.request(audio_wav=turn.llm_audio_wav, jpegs=case.jpegs[:turn.images])
+
+
+def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqdm, timeout: float) -> dict:
+    """Warm-up (one unrecorded turn of each case), then per case `turns` pairs of stack turn + direct turn."""
+    preroll = float(stack.env.get("SOTTO_PREROLL_MS", 300))
+    pids = procs.children(stack.proc.pid)
+    out = {}
+    for case in cases:
+        bar.set_description(f"{case.name} warm-up")
+        warm = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
+        if warm.outcome in ("stop", "length", "degraded"):
+            direct.first_audio(_direct_inputs(direct, case, warm))
+        bar.update(1)
+        rows = []
+        for _ in range(turns):
+            bar.set_description(f"{case.name} stack")
+            before = procs.snapshot(pids)
+            turn = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
+            cpu = procs.delta(before, procs.snapshot(pids))
+            bar.set_description(f"{case.name} direct")
+            if turn.outcome in ("stop", "length", "degraded") and turn.client_stage_ms is not None:
+                rows.append(_paired(turn, cpu, direct.first_audio(_direct_inputs(direct, case, turn))))
+            else:
+                rows.append({"stack": {**asdict(turn), "llm_audio_wav": None}, "direct": None})
+            bar.update(1)
+        out[case.name] = {"rows": rows, "summary": summarize_case(case.name, rows),
+                          "load_average": stats.load_average()}
+    return out
+
+
+def run(turns: int = 4, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
+        out_dir: Path = Path("bench/results"), timeout: float = 60.0, components_on: bool = True,
+        spoken_on: bool = True, case_names: tuple[str, ...] = (), quick_components: bool = False) -> dict:
+    began = time.monotonic()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result: dict = {"started_at": stamp, "machine": stats.machine(),
+                    "command": "python -m tools.bench run " + f"--turns {turns} --levels {','.join(map(str, levels))}",
+                    "config": {"turns_per_case": turns, "levels": list(levels), "load_turns_per_session": load_turns,
+                               "load_bound_s": load_bound_s, "stack_env": LOAD_ENV, "top_k": 1, "llm_threads": 1, "max_new_tokens": MAX_NEW_TOKENS,
+                               "targets": {"overhead_ms_p50": TARGET_OVERHEAD_MS,
+                                           "overhead_ratio_p50": TARGET_OVERHEAD_RATIO}}}
+    work = Path(tempfile.mkdtemp(prefix="sotto-bench-"))
+    cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
+    steps = (len(cases) + 1) * (turns + 1) + len(levels) + (4 if components_on else 0)
+    env_common = {"SOTTO_LLM_TOP_K": "1", "SOTTO_LLM_THREADS": "1", "SOTTO_LLM_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS)}
+    engine_rows: dict[str, list[dict]] = {}
+    tts_engine = voice = None
+    # tqdm writes to a copy of the original stderr: the LLM engine puts a line-reading tap on fd 2, and tqdm's
+    # carriage-return updates (no newline) would hold back the tap's sync markers, stalling each generation
+    # by up to 0.5 s in this process (services/llm/native_log.py).
+    progress = os.fdopen(os.dup(2), "w", buffering=1)
+    with progress, tqdm(total=steps, unit="step", dynamic_ncols=True, file=progress) as bar:
+        if cases:
+            bar.set_description("starting the multimodal stack")
+            (work / "mm").mkdir()
+            stack = start_stack(work / "mm", **env_common)
+            try:
+                direct = DirectPath(stack.env, str(TINY_LLM))
+                result["config"]["spoken_model"] = TINY_LLM.name
+                result["cases"] = run_cases(stack, direct, cases, turns, bar, timeout)
+                engine_rows[str(TINY_LLM)] = _engine_rows(result["cases"])
+                direct.close()
+            finally:
+                stop_stack(stack)
+        bar.set_description("starting the text stack")
+        (work / "text").mkdir()
+        model = instruct_model()
+        stack = start_stack(work / "text", SOTTO_LLM_MODEL=str(model), **env_common, **LOAD_ENV)
+        try:
+            direct = DirectPath(stack.env, str(model))
+            result["config"]["typed_model"] = model.name
+            result.setdefault("cases", {}).update(run_cases(stack, direct, [typed_case()], turns, bar, timeout))
+            engine_rows[str(model)] = _engine_rows({"typed": result["cases"]["typed"]})
+            tts_engine, voice = direct.tts, direct.voice
+            bar.set_description("service legs")
+            result["legs"] = legs.measure(stack.ports, direct)
+            direct.close()
+            limit = int(stack.env.get("SOTTO_LLM_MAX_CONCURRENT", 2))
+            bar.set_description("load")
+            load_case = Case("load", "text", LOAD_QUESTION)
+            rows = asyncio.run(run_levels(stack.ws_url, load_case, list(levels), load_turns, load_bound_s,
+                                          timeout, bar))
+            result["load"] = {"admission_limit": limit, "question": LOAD_QUESTION, "levels": rows}
+        finally:
+            stop_stack(stack)
+        png = out_dir / f"{stamp}-load.png"
+        plot(result["load"]["levels"], png, result["load"]["admission_limit"])
+        result["load"]["plot"] = str(png)
+        if components_on:
+            result["components"] = run_components(engine_rows, tts_engine, voice, bar, quick_components)
+    result["overhead"] = overall_overhead(result["cases"])
+    result["machine"]["load_average_end"] = stats.load_average()
+    result["wall_s"] = round(time.monotonic() - began, 1)
+    path = out_dir / f"{stamp}.json"
+    path.write_text(json.dumps(result, indent=1))
+    result["path"] = str(path)
+    print_run(result)
+    return result
+
+
+def _engine_rows(cases: dict) -> list[dict]:
+    return [r["direct"] for c in cases.values() for r in c["rows"] if r.get("direct")
+            and r["direct"]["first_token_ms"] is not None]
+
+
+def run_components(engine_rows: dict[str, list[dict]], tts_engine, voice: str, bar: tqdm,
+                   quick: bool = False) -> dict:
+    """`quick`: small sizes, for the bench's own test."""
+    out = {"load_average_start": stats.load_average()}
+    bar.set_description("components: vad")
+    out["vad"] = components.vad(calls=200, streams=2, seconds=1.0) if quick else components.vad()
+    bar.update(1)
+    bar.set_description("components: llm")
+    tokens = 16 if quick else 64
+    out["llm"] = [components.llm(path, 1, tokens, tokens, engine_rows=rows) for path, rows in engine_rows.items()]
+    bar.update(1)
+    bar.set_description("components: tts")
+    out["tts"] = components.tts(tts_engine, voice, *((1, ("short",)) if quick else ()))
+    bar.update(1)
+    bar.set_description("components: grpc")
+    out["grpc"] = components.grpc_cost(200 if quick else 2000)
+    bar.update(1)
+    out["load_average_end"] = stats.load_average()
+    return out
+
+
+def overall_overhead(cases: dict) -> dict:
+    """Per-turn overhead over all cases, and whether each case meets the target."""
+    per_case = {name: {k: c["summary"][k] for k in ("overhead_ms", "overhead_ratio_p50", "overhead_met")}
+                for name, c in cases.items()}
+    values = [r["overhead_ms"] for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
+    ttfa = [r["stack"]["client_ttfa_ms"] for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
+    p50 = stats.percentile(values, 50)
+    ratio = round(p50 / statistics.median(ttfa), 4) if values else None
+    cpu = [r["cpu_overhead_ms"] for c in cases.values() for r in c["rows"] if "cpu_overhead_ms" in r]
+    return {"all_turns_ms": stats.summary(values), "ratio_p50": ratio, "per_case": per_case,
+            "cpu_all_turns_ms": stats.summary(cpu),
+            "met": bool(values) and p50 <= TARGET_OVERHEAD_MS and ratio <= TARGET_OVERHEAD_RATIO}

@@ -1,0 +1,152 @@
+"""Turns through the gateway's `/ws`, timed at the client: each event and frame is stamped on arrival.
+
+`TimedClient` is the protocol client with two additions: every item the reader receives carries its arrival
+time, and paced audio records when each frame left, so a spoken turn's client-side TTFA can start at the
+frame holding the end of speech the server's VAD found (not at a guess).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from services.common.audio import wav_bytes
+from services.gateway.client import FRAME_MS, GatewayClient
+from services.gateway.protocol import HEADER, FrameKind, pack_frame
+from tools.bench.fixtures import Case
+
+TRAILING_SILENCE_S = 0.8
+
+
+@dataclass
+class TimedTurn:
+    """One turn as the client saw it. Times are time.monotonic() seconds; durations are ms."""
+
+    case: str
+    outcome: str = "none"               # finish_reason, or busy / error / timeout / dropped / refused (HTTP)
+    timings: dict = field(default_factory=dict)   # the server's turn.done timings
+    client_ttfa_ms: float | None = None  # end of input (typed: sent; spoken: frame with VAD end) -> first audio
+    client_stage_ms: float | None = None  # turn start at the server -> first audio at the client, see below
+    transport_ms: float | None = None    # client_ttfa_ms - server ttfa_ms
+    reply: str = ""
+    error: str = ""
+    llm_audio_wav: bytes = b""           # the utterance span the gateway cut (rebuilt from the VAD edges)
+    images: int = 0
+
+
+class TimedClient(GatewayClient):
+    """GatewayClient whose reader stamps each item with its arrival time (FIFO, so stamps stay aligned)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._stamps: deque[float] = deque()
+        self.frame_sent: list[float] = []   # monotonic send time of each audio frame of the current turn
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        async for msg in self.ws:
+            now = time.monotonic()
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                self._stamps.append(now)
+                self.events.put_nowait(json.loads(msg.data))
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                self._stamps.append(now)
+                self.events.put_nowait(msg.data)
+        self._stamps.append(time.monotonic())
+        self.events.put_nowait(None)
+
+    async def next_timed(self, timeout: float) -> tuple[float, dict | bytes]:
+        item = await asyncio.wait_for(self.events.get(), timeout)
+        stamp = self._stamps.popleft()
+        if item is None:
+            raise ConnectionError("the gateway closed the session")
+        return stamp, item
+
+    async def send_paced(self, pcm16: bytes, ts0: float) -> None:
+        """Send 16 kHz PCM16 in 20 ms frames at real-time pace, recording when each frame left."""
+        assert self.ws is not None
+        step = 16 * FRAME_MS * 2
+        t0 = time.monotonic()
+        for i in range(0, len(pcm16), step):
+            await self.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, self._audio_seq, ts0 + i / 32,
+                                                pcm16[i:i + step]))
+            self.frame_sent.append(time.monotonic())
+            self._audio_seq += 1
+            await asyncio.sleep(max(0.0, t0 + (i + step) / 32000 - time.monotonic()))
+
+
+async def run_turn(url: str, case: Case, timeout: float = 60.0, preroll_ms: float = 300.0) -> TimedTurn:
+    """One turn of `case` on a fresh session (no history, so every turn sends the model the same content)."""
+    turn = TimedTurn(case.name)
+    try:
+        async with TimedClient(url) as client:
+            await asyncio.wait_for(_turn(client, case, turn, timeout, preroll_ms), timeout + 30)
+    except asyncio.TimeoutError:
+        turn.outcome, turn.error = "timeout", f"no turn.done within {timeout:.0f} s"
+    except aiohttp.WSServerHandshakeError as exc:
+        turn.outcome, turn.error = "refused", f"HTTP {exc.status} at the WebSocket handshake"
+    except (ConnectionError, aiohttp.ClientError, OSError) as exc:
+        turn.outcome, turn.error = "dropped", f"{type(exc).__name__}: {exc}"
+    return turn
+
+
+async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float, preroll_ms: float) -> None:
+    ts0 = time.time() * 1000
+    pcm = b""
+    if case.source == "text":
+        await client.send(type="text", text=case.text)
+        sent_at = time.monotonic()
+    else:
+        for jpeg in case.jpegs:
+            await client.send_jpeg(jpeg, ts0)
+        pcm = case.pcm16 + bytes(int(TRAILING_SILENCE_S * 16000) * 2)
+        sender = asyncio.create_task(client.send_paced(pcm, ts0), name="bench::send_paced")
+        sent_at = None
+    started = ended = first_audio = None
+    try:
+        deadline = time.monotonic() + timeout + (len(pcm) / 32000)
+        while True:
+            stamp, item = await client.next_timed(max(0.0, deadline - time.monotonic()))
+            if isinstance(item, bytes):
+                if HEADER.unpack_from(item)[0] == FrameKind.AUDIO_OUT and first_audio is None:
+                    first_audio = stamp
+                continue
+            kind = item["type"]
+            if kind == "speech.started":
+                started = item["ts_ms"]
+            elif kind == "speech.ended":
+                ended = (item["ts_ms"], stamp)
+            elif kind == "turn.started":
+                turn.images = item.get("images", 0)
+            elif kind == "busy":
+                turn.outcome = "busy"
+            elif kind == "error":
+                turn.error = f"{item.get('code')}: {item.get('message')}"
+            elif kind == "turn.done":
+                turn.timings = item.get("timings", {})
+                turn.reply = item.get("text", "")
+                if turn.outcome != "busy":
+                    turn.outcome = "error" if turn.error and item["finish_reason"] == "error" \
+                        else item["finish_reason"]
+                break
+    finally:
+        if case.source != "text":
+            await sender
+    if case.source != "text" and ended is not None and started is not None:
+        # The frame that carried the last speech sample the VAD reported: the server's "end of speech".
+        index = min(len(client.frame_sent) - 1, max(0, int((ended[0] - ts0) // FRAME_MS)))
+        sent_at = client.frame_sent[index]
+        lo = max(0, int((started - preroll_ms - ts0) * 16)) * 2
+        hi = min(len(pcm), int((ended[0] - ts0) * 16) * 2)
+        turn.llm_audio_wav = wav_bytes(pcm[lo:hi], 16000)
+    if first_audio is not None and sent_at is not None:
+        turn.client_ttfa_ms = round((first_audio - sent_at) * 1000, 1)
+        if "ttfa_ms" in turn.timings:
+            turn.transport_ms = round(turn.client_ttfa_ms - turn.timings["ttfa_ms"], 1)
+        # Typed: the whole client TTFA. Spoken: minus the endpointing wait, i.e. from the turn's start.
+        turn.client_stage_ms = round(turn.client_ttfa_ms - turn.timings.get("endpoint_ms", 0.0), 1)
