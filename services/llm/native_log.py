@@ -64,10 +64,14 @@ class StderrTap:
             with self._lock:
                 for raw in complete:
                     line = raw.decode("utf-8", "replace")
-                    if line in self._markers:
-                        self._markers.discard(line)
+                    # A marker may follow a partial line someone else left on fd 2 (a progress bar's "\r").
+                    marker = next((m for m in self._markers if line.endswith(m)), None)
+                    if marker is not None:
+                        self._markers.discard(marker)
                         self._seen.notify_all()
-                        continue
+                        line, raw = line[: -len(marker)], raw[: -len(marker.encode())]
+                        if not line:
+                            continue
                     self._seq += 1
                     self._lines.append((self._seq, line))
                     passthrough.append(raw + b"\n")
