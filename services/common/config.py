@@ -214,6 +214,10 @@ class GatewayConfig:
                                  "You are Sotto, a friendly voice assistant. Answer briefly, in plain spoken "
                                  "sentences, without lists or markdown.", "System prompt of every turn.")
     voice: str = setting("SOTTO_GATEWAY_VOICE", "", "Voice asked of the tts service (empty: the tts default).")
+    allow_unauthenticated: bool = setting(
+        "SOTTO_GATEWAY_ALLOW_UNAUTHENTICATED", False,
+        "Serve beyond loopback without a token; only where the network in between is private (compose.yaml sets it: "
+        "the container binds 0.0.0.0 but is published on 127.0.0.1 only).")
     token: str = setting("SOTTO_GATEWAY_TOKEN", "",
                          "Shared secret required (as ?token=) when SOTTO_HOST is not a loopback address.")
     allowed_origins: str = setting("SOTTO_GATEWAY_ALLOWED_ORIGINS", "",

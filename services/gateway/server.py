@@ -115,7 +115,8 @@ def create_app(settings: config.Settings) -> web.Application:
 def check_exposure(settings: config.Settings) -> None:
     """Binding beyond loopback without a token would let anyone on the network use the microphone's owner's
     assistant; refuse to start instead."""
-    if not is_loopback(settings.common.host) and not settings.gateway.token:
+    gw = settings.gateway
+    if not is_loopback(settings.common.host) and not gw.token and not gw.allow_unauthenticated:
         raise config.ConfigError(f"SOTTO_HOST={settings.common.host} is not a loopback address: set "
                                  "SOTTO_GATEWAY_TOKEN to a secret that clients must send as ?token=")
 
