@@ -29,7 +29,7 @@ system-deps:
 	  --no-install-recommends espeak-ng sox prometheus chromium; fi
 	@command -v npm >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm)
 
-# The page's in-browser VAD (vad-web + onnxruntime-web from npm), copied to build/vendor and served at /vendor/.
+# The page's in-browser VAD (vad-web + onnxruntime-web from npm), copied to services/gateway/vendor and served at /vendor/.
 web-assets: install
 	$(PY) -m tools.web_assets
 

@@ -338,6 +338,9 @@ def build_wheelhouse(plat: str) -> None:
     WHEELHOUSE.mkdir(parents=True)
     shutil.rmtree(ROOT / "build" / "lib", ignore_errors=True)  # setuptools' scratch could leak stale modules
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    from tools import web_assets
+
+    web_assets.build()  # the page's vendor files ship inside the wheel, as package data of the gateway
     _say("building the sotto wheel")
     # A fixed timestamp makes the wheel byte-identical while the code is, so the image build's cache holds.
     env = {**os.environ, "SOURCE_DATE_EPOCH": os.environ.get("SOURCE_DATE_EPOCH", "315532800")}

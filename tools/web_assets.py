@@ -3,8 +3,8 @@
 The page runs Silero VAD in the browser through @ricky0123/vad-web, which needs onnxruntime-web's WASM runtime and
 the Silero model. Everything is served by the gateway itself: no CDN, nothing fetched at run time.
 
-    python -m tools.web_assets            # npm ci (when web/package-lock.json changed), then copy into build/vendor
-    python -m tools.web_assets --check    # exit 1 if build/vendor is missing or stale
+    python -m tools.web_assets            # npm ci (when web/package-lock.json changed), then copy into services/gateway/vendor
+    python -m tools.web_assets --check    # exit 1 if the vendor folder is missing or stale
 
 Idempotent and quick when nothing changed. The versions are pinned exactly in web/package.json: vad-web 0.0.31
 is built against onnxruntime-web 1.22.0, and the .wasm/.mjs files must match the ort.wasm.min.js that loads them.
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 WEB_DIR = ROOT / "web"
 NODE_MODULES = WEB_DIR / "node_modules"
-VENDOR_DIR = ROOT / "build" / "vendor"
+VENDOR_DIR = ROOT / "services" / "gateway" / "vendor"  # package data of the gateway (gitignored)
 _STAMP = ".sources.json"
 
 # file served as /vendor/<name>  <-  file under web/node_modules
@@ -88,7 +88,7 @@ def build(vendor_dir: Path = VENDOR_DIR) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only check that build/vendor is up to date")
+    parser.add_argument("--check", action="store_true", help="only check that the vendor folder is up to date")
     args = parser.parse_args()
     if args.check:
         sys.exit(0 if is_fresh() else 1)

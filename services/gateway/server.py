@@ -24,7 +24,7 @@ from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
-VENDOR = Path(__file__).resolve().parents[2] / "build" / "vendor"  # made by `python -m tools.web_assets`
+VENDOR = Path(__file__).parent / "vendor"  # made by `python -m tools.web_assets`, shipped as package data
 # The page needs WASM for the in-page VAD ('wasm-unsafe-eval') and nothing from anywhere else.
 PAGE_CSP = ("default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'; img-src 'self' data:; "
             "media-src 'self' blob:; style-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'")
