@@ -90,3 +90,4 @@ async def test_barge_in_stops_audio_and_cancels_the_model_calls(real_stack: Real
         real_stack.metric("llm", "sotto_llm_finished_total", reason="length")
     assert after == tts_cancelled + 1, "the tts call was not cancelled"
     assert llm_finished >= 1
+

@@ -144,3 +144,20 @@ async def test_audio_out_sequence_numbers_count_up(stack, connect) -> None:
     await client.wait_for("turn.done")
     seqs = [HEADER.unpack_from(f)[3] for _, f in client.frames]
     assert seqs == list(range(len(seqs)))
+
+
+async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stack, connect) -> None:
+    stack.tts.chunks_per_sentence = 40
+    stack.tts.chunk_delay_s = 0.02
+    client = await connect()
+    await client.send(type="text", text="Tell me a story.")
+    await client.wait_for("audio.start")
+    await client.send_audio(speech(0.3))  # the server VAD hears the user: barge-in
+    started = await client.wait_for("speech.started")
+    loop = asyncio.get_running_loop()
+    heard_at = loop.time()
+    done = await client.wait_for("turn.done")
+    await asyncio.sleep(0.3)
+    assert started and done["interrupted"] and done["finish_reason"] == "interrupted"
+    assert not [t for t, _ in client.frames if t > heard_at + 0.1]
+    assert stack.tts.cancelled == 1
