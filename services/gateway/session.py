@@ -316,3 +316,8 @@ class Session:
         self.out.put_nowait(None)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.writer
+        # A closed session can stay reachable through reference cycles (its tasks) until a full GC pass, which
+        # may be many sessions later: drop the media it buffered now (up to 60 camera frames and 30 s of audio).
+        self.frames.clear()
+        self.tape = AudioTape(16000, 0)
+        self.jitter = JitterBuffer(self.gw.jitter_ms)
