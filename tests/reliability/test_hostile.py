@@ -24,7 +24,7 @@ from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_
 from tests.e2e.conftest import RealStack
 from tests.reliability.conftest import pids, rss_kb
 
-GATEWAY_RSS_BOUND_MB = 30  # growth allowed, after warm-up, over a barrage of bombs, oversize frames and floods
+GATEWAY_RSS_BOUND_MB = 15  # growth allowed, after warm-up, over a barrage of bombs, oversize frames and floods
 RPC_TIMEOUT_S = 30
 
 
@@ -164,8 +164,8 @@ async def _barrage(stack: RealStack, at_limit: bytes, rounds: int) -> None:
 
 async def test_gateway_memory_stays_bounded_under_a_hostile_barrage(stack: RealStack) -> None:
     """Each round: a session that sends 70 of the largest accepted JPEG (3840x2160), every hostile frame and a
-    flood. RSS rises while the allocator warms up (about 8 MB a round for the first five rounds, measured), then
-    stays flat: after a warm-up of six rounds, six more must add less than GATEWAY_RSS_BOUND_MB."""
+    flood, then closes. After a warm-up of six rounds, six more must add less than GATEWAY_RSS_BOUND_MB (measured:
+    +0.3 MB; before commit 53ea0f3 closed sessions kept their frames until a full GC and it was +25 MB)."""
     gateway = pids(stack)["gateway"]
     at_limit = jpeg((3840, 2160))
     assert len(at_limit) < 2 * 2**20
@@ -178,7 +178,6 @@ async def test_gateway_memory_stays_bounded_under_a_hostile_barrage(stack: RealS
     print(f"\ngateway RSS idle {idle / 1024:.0f} MB, warm {before / 1024:.0f} MB -> {after / 1024:.0f} MB "
           f"({growth_mb:+.1f} MB over 6 rounds)")
     assert growth_mb < GATEWAY_RSS_BOUND_MB
-    assert after / 1024 < 400, "the gateway's RSS is far above its measured plateau (about 130 MB)"
 
 
 # -- invalid gRPC requests straight to each service ------------------------------------------------------------
