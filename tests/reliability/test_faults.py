@@ -8,6 +8,7 @@ the runner restarts what died, the next turn succeeds, and another session open 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
 import time
 
@@ -144,3 +145,48 @@ async def test_sigstop_hang_hits_the_deadline_then_sigcont_recovers(stack: RealS
         await next_turn_works(client)
         await observer.assert_only_health_seen()
     print(f"\n{service} hung: error after {waited:.2f} s")
+
+
+async def test_gateway_killed_the_page_reconnects_by_itself(stack: RealStack) -> None:
+    """The real page in headless Chromium (no microphone: typed turns) loses its gateway to SIGKILL; the runner
+    restarts the gateway on the same port and the page opens a new session by itself, then answers a turn."""
+    from playwright.async_api import async_playwright
+
+    from tests.browser import page_driver
+
+    if not shutil.which(page_driver.CHROMIUM):
+        pytest.fail(f"{page_driver.CHROMIUM} is missing: apt-get install -y chromium")
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=page_driver.CHROMIUM, headless=True,
+                                           args=page_driver.NO_MIC_ARGS["denied"])
+        try:
+            page = await browser.new_page()
+            texts: list[str] = []
+            await page.expose_function("recordConnection", lambda text: texts.append(text))
+            await page.goto(stack.http_url + "/")
+            await page.evaluate("""new MutationObserver(() => window.recordConnection(
+                document.getElementById('connection').textContent)).observe(
+                document.getElementById('connection'), {childList: true, characterData: true, subtree: true})""")
+            await page.get_by_role("button", name="Start").click()
+            await page_driver.wait_for_events(page, "in", "session.ready", 1, timeout_s=30)
+            await page.get_by_label("Type a message").fill("Before the restart")
+            await page.get_by_label("Type a message").press("Enter")
+            await page_driver.wait_for_events(page, "in", "turn.done", 1, timeout_s=TURN_TIMEOUT_S)
+
+            victim = pids(stack)["gateway"]
+            killed_at = time.monotonic()
+            kill(victim, signal.SIGKILL)
+            await page_driver.wait_for_events(page, "in", "session.ready", 2, timeout_s=60)
+            reconnect_s = time.monotonic() - killed_at
+            MEASURED["gateway_reconnect_s"] = reconnect_s
+            assert pids(stack)["gateway"] != victim and restarts(stack, "gateway") == 1
+            assert any(t.startswith("Connection lost — reconnecting in") for t in texts), texts
+            await page.wait_for_function("() => !document.getElementById('text-input').disabled")
+            await page.get_by_label("Type a message").fill("After the restart")
+            await page.get_by_label("Type a message").press("Enter")
+            await page_driver.wait_for_events(page, "in", "turn.done", 2, timeout_s=TURN_TIMEOUT_S)
+            done = [e for e in await page_driver.debug(page, "events") if e["type"] == "turn.done"]
+            assert done[-1]["finish_reason"] in ("stop", "length", "degraded"), done[-1]
+        finally:
+            await browser.close()
+    print(f"\ngateway SIGKILLed: the page had a new session after {reconnect_s:.1f} s")
