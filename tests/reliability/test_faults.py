@@ -147,6 +147,32 @@ async def test_sigstop_hang_hits_the_deadline_then_sigcont_recovers(stack: RealS
     print(f"\n{service} hung: error after {waited:.2f} s")
 
 
+
+async def test_sigstop_vad_is_reported_as_down_and_typed_turns_go_on(stack: RealStack, utterance) -> None:
+    """The vad stream has no per-message deadline (silence produces no events, so a hang looks like silence): a
+    hung vad is seen by the gateway's health poll, which tells every session; typed turns do not need the vad."""
+    speech = utterance("Hello there, can you hear me clearly now?")
+    async with GatewayClient(stack.ws_url) as client:
+        observer = Observer(client)
+        victim = pids(stack)["vad"]
+        stopped_at = time.monotonic()
+        kill(victim, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 10
+            while not any(isinstance(e, dict) and e["type"] == "health" and e["service"] == "vad"
+                          and e["status"] == "DOWN" for e in observer.seen):
+                assert time.monotonic() < deadline, f"no health DOWN for a hung vad: {observer.seen}"
+                await asyncio.sleep(0.05)
+            MEASURED["vad_hang_reported_s"] = time.monotonic() - stopped_at
+            observer._task.cancel()
+            await next_turn_works(client)
+        finally:
+            kill(victim, signal.SIGCONT)
+        await client.expect("health", timeout=10)  # vad SERVING again (nothing else is in flight)
+        record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
+        assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
+    print(f"\nvad hung: health DOWN after {MEASURED['vad_hang_reported_s']:.1f} s")
+
 async def test_gateway_killed_the_page_reconnects_by_itself(stack: RealStack) -> None:
     """The real page in headless Chromium (no microphone: typed turns) loses its gateway to SIGKILL; the runner
     restarts the gateway on the same port and the page opens a new session by itself, then answers a turn."""
