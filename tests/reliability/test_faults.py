@@ -62,6 +62,9 @@ class Observer:
         assert not self.closed, "the gateway closed the other session"
         others = [e for e in self.seen if not isinstance(e, dict) or e["type"] not in ("health", "error", "pong")]
         assert not others, f"the other session saw more than health/error events: {others[:5]}"
+        self.stop()
+
+    def stop(self) -> None:
         self._task.cancel()
 
 
@@ -164,7 +167,7 @@ async def test_sigstop_vad_is_reported_as_down_and_typed_turns_go_on(stack: Real
                 assert time.monotonic() < deadline, f"no health DOWN for a hung vad: {observer.seen}"
                 await asyncio.sleep(0.05)
             MEASURED["vad_hang_reported_s"] = time.monotonic() - stopped_at
-            observer._task.cancel()
+            observer.stop()
             await next_turn_works(client)
         finally:
             kill(victim, signal.SIGCONT)

@@ -9,19 +9,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import struct
+import subprocess
+import sys
 import time
+import zlib
 
 import aiohttp
 import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 
+from services.common.audio import wav_bytes
 from services.gateway.client import GatewayClient
 from services.gateway.protocol import FrameKind, pack_frame
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
-from tests.e2e.conftest import RealStack
+from tests.e2e.conftest import ROOT, RealStack
+from tests.helpers import free_port
 from tests.reliability.conftest import pids, rss_kb
 
 GATEWAY_RSS_BOUND_MB = 15  # growth allowed, after warm-up, over a barrage of bombs, oversize frames and floods
@@ -33,7 +40,7 @@ def jpeg(size: tuple[int, int], quality: int = 30) -> bytes:
     w, h = size
     x = np.linspace(0, 255, w, dtype=np.uint8)[None, :].repeat(h, 0)
     buf = io.BytesIO()
-    Image.fromarray(np.stack([x, x.T[:h, :w] if h == w else x, x], -1)).save(buf, "JPEG", quality=quality)
+    Image.fromarray(np.stack([x, x, x], -1)).save(buf, "JPEG", quality=quality)
     return buf.getvalue()
 
 
@@ -47,8 +54,6 @@ def jpeg_bomb(width: int = 65000, height: int = 65000) -> bytes:
 
 def png_bomb(side: int = 30000) -> bytes:
     """A PNG whose header claims side x side pixels; the pixel data is a few zlib bytes."""
-    import zlib
-
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
     ihdr = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
@@ -261,3 +266,46 @@ async def test_tts_refuses_invalid_requests_and_keeps_serving(stack: RealStack, 
         assert says.lower() in info.value.details().lower(), info.value.details()
         chunks = [c async for c in stub.Synthesize(tts_pb2.SynthesizeRequest(text="Hi."), timeout=RPC_TIMEOUT_S)]
         assert chunks and chunks[0].pcm16
+
+
+async def test_audio_to_a_text_only_model_is_refused_clearly(tmp_path) -> None:
+    """A standalone llm service on the tiny text-only model (seconds to start): audio is INVALID_ARGUMENT with a
+    message saying the model takes no audio, and text still works."""
+    port = free_port()
+    env = {**os.environ, "SOTTO_LLM_PORT": str(port), "SOTTO_LLM_METRICS_PORT": str(free_port()),
+           "SOTTO_LLM_MODEL": str(ROOT / "tests" / "fixtures" / "models" / "tiny-gemma4-text.litertlm"),
+           "SOTTO_OFFLINE": "true", "SOTTO_LLM_THREADS": "1", "SOTTO_RUN_DIR": str(tmp_path)}
+    log = open(tmp_path / "llm.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "services.llm.server"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            deadline = time.monotonic() + 120
+            while True:
+                assert proc.poll() is None, (tmp_path / "llm.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the text-only llm did not start"
+                try:
+                    reply = await health.Check(health_pb2.HealthCheckRequest(service="sotto.v1.LlmService"),
+                                               timeout=1)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.3)
+            stub = llm_pb2_grpc.LlmServiceStub(ch)
+            info = await stub.GetModelInfo(llm_pb2.GetModelInfoRequest(), timeout=RPC_TIMEOUT_S)
+            assert not info.audio_input
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                async for _ in stub.Generate(llm_pb2.GenerateRequest(session_id="t", user=llm_pb2.UserContent(
+                        audio_wav=wav_bytes(bytes(32000), 16000), text="hi")), timeout=RPC_TIMEOUT_S):
+                    pass
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value
+            assert "audio" in err.value.details().lower(), err.value.details()
+            replies = [ev async for ev in stub.Generate(llm_pb2.GenerateRequest(
+                session_id="t", user=llm_pb2.UserContent(text="Hello")), timeout=RPC_TIMEOUT_S)]
+            assert replies and replies[-1].HasField("done")
+    finally:
+        proc.terminate()
+        proc.wait(15)
+        log.close()
