@@ -80,8 +80,9 @@ async def one_turn(client: GatewayClient, action: str, rng: random.Random, speec
         if action == "typed":
             record = await client.text_turn(rng.choice(PROMPTS), timeout=TURN_TIMEOUT_S)
         elif action == "spoken":
+            # paced like a microphone: unpaced 20 ms frames would exceed the gateway's message rate limit
             record = await client.spoken_turn(speech[rng.choice(SPOKEN)], [camera_jpeg(rng.randrange(4))],
-                                              timeout=TURN_TIMEOUT_S)
+                                              realtime=True, timeout=TURN_TIMEOUT_S)
         elif action == "interrupt":
             await client.send(type="text", text=rng.choice(PROMPTS))
             sent = time.monotonic()
@@ -137,6 +138,7 @@ def growth_report(samples: list, warm_at: float) -> dict[str, dict]:
         report[name] = {"rss_warm_mb": round(w_rss / 1024, 1), "rss_end_mb": round(e_rss / 1024, 1),
                         "rss_max_mb": round(max(rss) / 1024, 1), "rss_growth_mb": round((e_rss - w_rss) / 1024, 1),
                         "fds_warm": w_fds, "fds_end": e_fds, "fds_max": max(fds), "fds_growth": e_fds - w_fds,
+                        "rss_series_mb": [round(r / 1024, 1) for r in rss[::max(1, len(rss) // 20)]],
                         "pids": sorted({s[name][0] for s in warm if name in s})}
     return report
 
