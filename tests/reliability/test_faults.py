@@ -151,30 +151,43 @@ async def test_sigstop_hang_hits_the_deadline_then_sigcont_recovers(stack: RealS
 
 
 
-async def test_sigstop_vad_is_reported_as_down_and_typed_turns_go_on(stack: RealStack, utterance) -> None:
-    """The vad stream has no per-message deadline (silence produces no events, so a hang looks like silence): a
-    hung vad is seen by the gateway's health poll, which tells every session; typed turns do not need the vad."""
+async def test_sigstop_vad_mid_utterance_stalls_out_and_is_reported_as_down(stack: RealStack, utterance) -> None:
+    """The vad stream has no per-message deadline (silence produces no events, so a hang looks like silence).
+    What bounds a hang instead: the gateway's health poll tells every session the vad is DOWN, and an utterance
+    left open is dropped with `stalled_input` one request timeout after its audio stops. Typed turns go on."""
     speech = utterance("Hello there, can you hear me clearly now?")
     async with GatewayClient(stack.ws_url) as client:
         observer = Observer(client)
         victim = pids(stack)["vad"]
+        await client.send_audio(speech[: len(speech) // 4 * 2])
+        deadline = time.monotonic() + 10
+        while not any(isinstance(e, dict) and e["type"] == "speech.started" for e in observer.seen):
+            assert time.monotonic() < deadline, "no speech.started"
+            await asyncio.sleep(0.05)
         stopped_at = time.monotonic()
         kill(victim, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 10
-            while not any(isinstance(e, dict) and e["type"] == "health" and e["service"] == "vad"
-                          and e["status"] == "DOWN" for e in observer.seen):
-                assert time.monotonic() < deadline, f"no health DOWN for a hung vad: {observer.seen}"
+            await client.send(type="audio.end")  # the user stopped talking; the hung vad will never say so
+            deadline = time.monotonic() + DEADLINE_S + SLACK_S + 1
+            while not any(isinstance(e, dict) and e["type"] == "error" for e in observer.seen):
+                assert time.monotonic() < deadline, f"the open utterance was never dropped: {observer.seen}"
                 await asyncio.sleep(0.05)
-            MEASURED["vad_hang_reported_s"] = time.monotonic() - stopped_at
+            stalled_s = time.monotonic() - stopped_at
+            errors = [e for e in observer.seen if isinstance(e, dict) and e["type"] == "error"]
+            assert errors[0]["code"] == "stalled_input", errors
+            down = [e for e in observer.seen if isinstance(e, dict) and e.get("service") == "vad"
+                    and e.get("status") == "DOWN"]
+            assert down, f"no health DOWN for the hung vad: {observer.seen}"
             observer.stop()
-            await next_turn_works(client)
+            await next_turn_works(client)  # typed turns do not need the vad
         finally:
             kill(victim, signal.SIGCONT)
-        await client.expect("health", timeout=10)  # vad SERVING again (nothing else is in flight)
+        await client.expect("health", timeout=10)  # vad SERVING again
         record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
         assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
-    print(f"\nvad hung: health DOWN after {MEASURED['vad_hang_reported_s']:.1f} s")
+    MEASURED["vad_hang_stalled_s"] = stalled_s
+    print(f"\nvad hung mid-utterance: stalled_input after {stalled_s:.1f} s")
+
 
 async def test_gateway_killed_the_page_reconnects_by_itself(stack: RealStack) -> None:
     """The real page in headless Chromium (no microphone: typed turns) loses its gateway to SIGKILL; the runner
