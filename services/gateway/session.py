@@ -119,8 +119,12 @@ class Session:
         try:
             msg = parse_message(text, self.gw.max_message_bytes, self.gw.max_text_chars)
         except ProtocolError as exc:
+            if exc.code == "protocol" and self.start is not None:
+                # `protocol` means "the socket is closed now"; a second, bad session.start does not close it
+                self.error("bad_message", f"session.start was already received ({exc.message})")
+                return True
             self.error(exc.code, exc.message)
-            return exc.code != "protocol" or self.start is not None
+            return exc.code != "protocol"
         if isinstance(msg, SessionStart):
             if self.start is not None:
                 self.error("bad_message", "session.start was already received")
@@ -317,3 +321,8 @@ class Session:
         self.out.put_nowait(None)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.writer
+        # A closed session can stay reachable through reference cycles (its tasks) until a full GC pass, which
+        # may be many sessions later: drop the media it buffered now (up to 60 camera frames and 30 s of audio).
+        self.frames.clear()
+        self.tape = AudioTape(16000, 0)
+        self.jitter = JitterBuffer(self.gw.jitter_ms)
