@@ -2,10 +2,10 @@
 turns; its HTTP API must give back the turn count the test made and the TTFA p95 of the turns the client saw.
 
 Two stacks, chosen by `SOTTO_E2E_STACK`:
-- `fake` (default, while the model services are skeletons on main): the gateway as its own process
+- `fake`: the gateway as its own process
   (`python -m services.gateway.server`), wired to fake vad/llm/tts gRPC peers served by this test
   (tests/gateway/fakes.py); Prometheus scrapes the gateway's /metrics.
-- `real`: `python -m tools.runner up` on free ports (real services, real models from SOTTO_MODEL_DIR);
+- `real` (default): `python -m tools.runner up` on free ports (real services, real models from SOTTO_MODEL_DIR);
   Prometheus scrapes all four endpoints, and each must be up and SERVING. Only typed turns are driven there
   (real Silero does not take a sine tone for speech).
 
@@ -42,7 +42,7 @@ from tests.gateway.fakes import FakeLlm, FakeTts, FakeVad, start_fake
 from tests.observability.contract import PROMETHEUS_DIR, ROOT
 from tools.report import bucket_quantile
 
-STACK = os.environ.get("SOTTO_E2E_STACK", "fake")
+STACK = os.environ.get("SOTTO_E2E_STACK", "real")
 START_TIMEOUT_S = 600.0 if STACK == "real" else 30.0
 TEXT_TURNS = 4
 SPEECH_TURNS = 0 if STACK == "real" else 2
@@ -123,7 +123,8 @@ async def fake_stack(tmp: Path) -> AsyncIterator[RunningStack]:
 @contextlib.asynccontextmanager
 async def real_stack(tmp: Path) -> AsyncIterator[RunningStack]:
     ports = {name: free_port() for name in ("gateway", "vad", "llm", "tts", "vad_m", "llm_m", "tts_m")}
-    env = {**base_env(tmp), "SOTTO_GATEWAY_PORT": str(ports["gateway"])}
+    # first-sentence synthesis on a shared 2-core CPU can take seconds (as in tests/e2e)
+    env = {**base_env(tmp), "SOTTO_GATEWAY_PORT": str(ports["gateway"]), "SOTTO_REQUEST_TIMEOUT_MS": "15000"}
     for name in ("vad", "llm", "tts"):
         env[f"SOTTO_{name.upper()}_PORT"] = str(ports[name])
         env[f"SOTTO_{name.upper()}_METRICS_PORT"] = str(ports[f"{name}_m"])
@@ -225,7 +226,7 @@ async def test_prometheus_reads_back_turns_and_ttfa(tmp_path: Path) -> None:
         await scalar_when(api, 'process_resident_memory_bytes{service="gateway"}', lambda v: v > 2**20)
         turns += await drive_turns(stack.gateway_url, TEXT_TURNS - TEXT_TURNS // 2, SPEECH_TURNS)
         assert len(turns) == TEXT_TURNS + SPEECH_TURNS
-        assert all(t["finish_reason"] == "stop" for t in turns), turns
+        assert all(t["finish_reason"] in ("stop", "length") for t in turns), turns
 
         count = await scalar_when(api, 'sum(sotto_gateway_turns_total{service="gateway"})',
                                   lambda v: v >= len(turns))
