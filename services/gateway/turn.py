@@ -8,7 +8,6 @@ knows what the user actually heard, which is what the history keeps.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable

@@ -9,7 +9,6 @@ import time
 import numpy as np
 from PIL import Image
 
-from services.common.audio import read_wav
 from services.gateway.client import GatewayClient
 from tests.e2e.conftest import RealStack
 

@@ -26,7 +26,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
-        pos, start, quiet, last_loud = 0, None, 0, 0
+        pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:
             if not req.HasField("audio"):

@@ -7,7 +7,6 @@ import io
 
 import grpc
 import numpy as np
-import pytest
 from PIL import Image
 
 from services.common.audio import read_wav

@@ -12,7 +12,6 @@ Sampling is made deterministic (top_k = 1) on both paths, so each pair of turns 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import statistics
