@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import free_port, wait_until
-from tests.vad.speech import speak
 from tools.models import kokoro_kit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,13 +115,3 @@ def real_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
     stack = start_stack(tmp_path_factory.mktemp("stack"))
     yield stack
     stop_stack(stack)
-
-
-@pytest.fixture(scope="session")
-def utterance(tmp_path_factory: pytest.TempPathFactory):
-    """espeak-ng speech as 16 kHz PCM16 bytes."""
-    workdir = tmp_path_factory.mktemp("speech")
-
-    def make(text: str, voice: str = "en-us") -> bytes:
-        return speak(text, voice, 16000, workdir).astype("<i2").tobytes()
-    return make

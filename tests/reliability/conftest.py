@@ -20,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tests.e2e.conftest import RealStack, start_stack, stop_stack
 from tests.helpers import wait_until
-from tests.vad.speech import speak
 
 REQUEST_TIMEOUT_MS = 10000  # tts takes seconds for a first sentence on this shared 2-core box
 SERVICES = ("vad", "llm", "tts", "gateway")
@@ -96,13 +95,3 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
     real = start_stack(tmp_path_factory.mktemp("rel-stack"), SOTTO_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS))
     yield real
     stop_stack(real)
-
-
-@pytest.fixture(scope="session")
-def utterance(tmp_path_factory: pytest.TempPathFactory):
-    """espeak-ng speech as 16 kHz PCM16 bytes."""
-    workdir = tmp_path_factory.mktemp("rel-speech")
-
-    def make(text: str, voice: str = "en-us") -> bytes:
-        return speak(text, voice, 16000, workdir).astype("<i2").tobytes()
-    return make
