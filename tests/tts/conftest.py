@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tts.speech import Vad, silero_model
+from tests.tts.speech import Vad
 from tools.models import kokoro_kit
 
 
@@ -34,4 +34,4 @@ def onnx_engine(kit):
 
 @pytest.fixture(scope="session")
 def vad() -> Vad:
-    return Vad(silero_model(_model_dir() / "test-cache"))
+    return Vad()
