@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import argparse
 import mimetypes
-import os
 import sys
 from pathlib import Path
 
 import grpc
 
+from services.common import config
 from sotto.v1 import llm_pb2, llm_pb2_grpc
 
 _FINISH_NAMES = {v: k.lower() for k, v in llm_pb2.FinishReason.items()}
 
 
 def default_address() -> str:
-    host = os.environ.get("SOTTO_HOST", "127.0.0.1")
-    return os.environ.get("SOTTO_LLM_ADDR") or f"{host}:{os.environ.get('SOTTO_LLM_PORT', '50052')}"
+    """The address the gateway would use: the shared configuration, not a second reading of the environment."""
+    settings = config.exit_on_error(config.load_all)
+    return config.grpc_address(settings.gateway.llm_addr, settings.common.host, settings.llm.port)
 
 
 def build_request(question: str, *, image: Path | None = None, audio: Path | None = None, system: str = "",
