@@ -11,11 +11,12 @@ tools/models/requirements-llm.txt) with
 from __future__ import annotations
 
 import io
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+from services.common.audio import wav_bytes
+from tests.vad.speech import speak
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 TINY_MM = FIXTURES / "tiny-gemma4-mm.litertlm"
@@ -41,25 +42,16 @@ def tiny_text_engine(tmp_path_factory):
     engine.close()
 
 
-def _speak(text: str, out: Path, rate: int = 16000) -> bytes:
-    """espeak-ng speaks `text`; sox makes it PCM16 mono at `rate`."""
-    if not shutil.which("espeak-ng") or not shutil.which("sox"):
-        pytest.fail("speech fixtures need espeak-ng and sox: apt-get install -y espeak-ng sox")
-    raw = out.with_suffix(".raw.wav")
-    subprocess.run(["espeak-ng", "-w", str(raw), text], check=True)
-    subprocess.run(["sox", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(out)], check=True)
-    return out.read_bytes()
-
-
 @pytest.fixture(scope="session")
 def speech(tmp_path_factory):
-    """speech(text) -> WAV bytes (PCM16 mono 16 kHz), cached per text."""
+    """speech(text) -> WAV bytes (PCM16 mono 16 kHz, espeak-ng through the shared fixture), cached per text."""
     folder = tmp_path_factory.mktemp("speech")
     cache: dict[str, bytes] = {}
 
     def make(text: str) -> bytes:
         if text not in cache:
-            cache[text] = _speak(text, folder / f"utt{len(cache)}.wav")
+            pcm = speak(text, "en-us", 16000, folder).astype("<i2").tobytes()
+            cache[text] = wav_bytes(pcm, 16000)
         return cache[text]
 
     return make
