@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
-import time
 
 import numpy as np
 from PIL import Image
@@ -58,31 +56,4 @@ async def test_typed_turn_works_the_same_way(real_stack: RealStack) -> None:
     assert 0.2 < audio_s < 60
     request = turn_log(real_stack, "llm", second.done["turn_id"], "generate_request")
     assert request["history_turns"] == 2 and request["images"] == 0 and request["audio_bytes"] == 0
-
-
-async def test_barge_in_stops_audio_and_cancels_the_model_calls(real_stack: RealStack) -> None:
-    tts_cancelled = real_stack.metric("tts", "sotto_rpc_total", method="SynthesizeStream", code="CANCELLED")
-    async with GatewayClient(real_stack.ws_url) as client:
-        await client.send(type="text", text="Please tell me a long story about the sea.")
-        start = await client.expect("audio.start", timeout=120)
-        first = await client.next_event(30)
-        assert isinstance(first, bytes)
-        t_interrupt = time.monotonic()
-        await client.send(type="interrupt", turn_id=start["turn_id"], played_samples=1024)
-        late, done = [], None
-        while done is None:
-            item = await client.next_event(30)
-            if isinstance(item, bytes) and time.monotonic() - t_interrupt > 0.1:
-                late.append(item)
-            elif isinstance(item, dict) and item["type"] == "turn.done":
-                done = item
-        await asyncio.sleep(0.5)
-        assert not late, f"{len(late)} audio frames arrived more than 100 ms after the interrupt"
-        assert done["interrupted"] and done["finish_reason"] == "interrupted"
-        assert len(done["heard_text"]) < len(done["text"]) or not done["text"]
-        next_turn = await client.text_turn("Go on.", timeout=120)
-    request = turn_log(real_stack, "llm", next_turn.done["turn_id"], "generate_request")
-    assert request["history_turns"] == 2
-    after = real_stack.metric("tts", "sotto_rpc_total", method="SynthesizeStream", code="CANCELLED")
-    assert after == tts_cancelled + 1, "the tts call was not cancelled"
 
