@@ -38,12 +38,13 @@ class State(Enum):
 
 class Session:
     def __init__(self, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
-                 model: dict) -> None:
+                 model: dict, health: dict[str, str]) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.ws = ws
         self.cfg = cfg
         self.gw = cfg.gateway
         self.model = model
+        self.health = health  # the gateway's live view, shared: session.ready reports it as it is then
         self.llm = llm_pb2_grpc.LlmServiceStub(channels["llm"])
         self.tts = tts_pb2_grpc.TtsServiceStub(channels["tts"])
         self.vad_stub = vad_pb2_grpc.VadServiceStub(channels["vad"])
@@ -268,7 +269,7 @@ class Session:
         self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
                         sample_rate_out=self.model.get("sample_rate_out", 24000), voices=self.model.get("voices", []),
                         voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
-                        model=self.model.get("llm", {}), limits=limits))
+                        model=self.model.get("llm", {}), limits=limits, health=dict(self.health)))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera})
 
     async def _begin_turn(self, inp: TurnInput) -> None:
@@ -306,6 +307,10 @@ class Session:
         self.history_owner = turn
 
     def on_health(self, service: str, status: str) -> None:
+        """Changes before `session.ready` are not sent: a client expects `session.ready` first, and it carries the
+        health as it stands then."""
+        if self.start is None:
+            return
         self.send(event("health", service=service, status=status))
 
     async def close(self) -> None:

@@ -67,7 +67,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    session = Session(ws, settings, deps.channels, request.app[MODEL])
+    session = Session(ws, settings, deps.channels, request.app[MODEL], deps.status)
     sessions.add(session)
     per_client[client] += 1
     metrics.SESSIONS.inc()
@@ -84,6 +84,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                     break
         finally:
             deps.listeners.remove(session.on_health)
+            sessions.discard(session)  # at once: a session in a reference cycle would count until the next GC
             await session.close()
             per_client[client] -= 1
             metrics.SESSIONS.dec()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import io
 import struct
 
@@ -112,3 +114,31 @@ async def test_sessions_per_client_are_limited(stack, connect) -> None:
     with pytest.raises(aiohttp.WSServerHandshakeError) as info:
         await connect()
     assert info.value.status == 429
+
+
+@pytest.mark.parametrize("stack", [{"max_sessions": 2}], indirect=True)
+async def test_closed_sessions_free_their_place_at_once(stack, connect) -> None:
+    """A closed session must not count against the limit until some later garbage collection."""
+    gc.disable()
+    try:
+        for _ in range(6):
+            client = await connect()
+            await client.close()
+            for _attempt in range(40):  # the server finishes its side of the close a moment later
+                try:
+                    client = await connect()
+                    break
+                except aiohttp.WSServerHandshakeError as exc:
+                    assert exc.status == 503, exc
+                    await asyncio.sleep(0.05)
+            else:
+                pytest.fail("a closed session still counted against SOTTO_GATEWAY_MAX_SESSIONS")
+            await client.close()
+    finally:
+        gc.enable()
+
+
+async def test_session_ready_reports_service_health(stack, connect) -> None:
+    client = await connect()
+    ready = await client.wait_for("session.ready")
+    assert set(ready["health"]) == {"vad", "llm", "tts"}, ready

@@ -176,6 +176,7 @@ const handlers = {
     if (document.activeElement === document.body || document.activeElement === ui.elements.start) {
       ui.elements.textInput.focus(); // Start is disabled now; keep keyboard users somewhere useful
     }
+    for (const [service, status] of Object.entries(m.health ?? {})) ui.showHealth(service, status);
     const model = m.model ?? {};
     ui.showConnection(`Connected — model ${model.name ?? "?"}${model.fallback ? " (fallback)" : ""}`);
     if (model.note) ui.showAlert(model.note, "busy");
