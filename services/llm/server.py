@@ -52,6 +52,10 @@ PREFILL_TOKENS = Counter("sotto_llm_prefill_tokens_total", "Prompt tokens prefil
 DECODE_TOKENS = Counter("sotto_llm_decode_tokens_total", "Tokens decoded, cancelled generations included.")
 FINISHED = Counter("sotto_llm_finished_total", "Replies sent to the end, by finish reason.", ["reason"])
 CANCELLED = Counter("sotto_llm_cancelled_total", "Requests the caller cancelled, by phase.", ["phase"])
+# Milliseconds where it matters: a barge-in must free the engine for the next turn within about 100 ms.
+CANCEL_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2, 5)
+CANCEL_SECONDS = Histogram("sotto_llm_cancel_seconds", "Cancel (call gone) to engine free, per cancelled generation.",
+                           buckets=CANCEL_BUCKETS)
 DEGRADED_ROUTED = Counter("sotto_llm_fallback_requests_total",
                           "Requests sent to SOTTO_LLM_FALLBACK_MODEL because their session degraded before.")
 REFUSED = Counter("sotto_llm_refused_total", "Requests refused before generation, by cause.", ["cause"])
@@ -243,10 +247,12 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             # The call is gone (cancelled, deadline, server stopping): stop decoding, and hold the
             # admission slot until the engine is really free. The drain runs on its own thread, so it
             # neither waits behind nor depends on the engine executor.
+            cancelled_at = time.monotonic()
             generation.cancel()
             if phase is not None:
                 CANCELLED.labels(phase).inc()
             drain = asyncio.ensure_future(asyncio.to_thread(_finish, generation, step))
+            drain.add_done_callback(lambda _: CANCEL_SECONDS.observe(time.monotonic() - cancelled_at))
             self._draining.add(drain)
             drain.add_done_callback(self._draining.discard)
             await asyncio.shield(drain)

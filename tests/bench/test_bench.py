@@ -73,5 +73,6 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     assert {row["model"] for row in c["llm"]} == {"tiny-gemma4-mm.litertlm", "smollm2-135m-instruct.litertlm"}
     for row in c["llm"]:
         assert row["litert_benchmark"]["decode_tokens_per_s"] > 0 and row["engine"]["ttft_ms_p50"] > 0
+    assert {"service", "in_process", "raw_engine", "overhead", "service_layer", "cancel_ms_mean"} <= c["llm_service"].keys()
     assert c["tts"]["onnx"]["short"]["rtf"] > 0 and ("rtf" in c["tts"]["mlx"] or "skipped" in c["tts"]["mlx"])
     assert c["grpc"]["round_trip_us_p50"] > 0 and c["grpc"]["server_stream_us_per_message"] > 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from services.llm import bench as llm_bench
+
 
 def _p(s: dict | None, q: str = "p50") -> str:
     value = None if s is None else s.get(q)
@@ -70,6 +72,8 @@ def print_run(r: dict) -> None:
             print(f"LLM {row['model']}: litert_lm.Benchmark TTFT {b['ttft_ms']} ms ({b['prefill_tokens']} tokens), "
                   f"decode {b['decode_tokens_per_s']} tok/s; our engine TTFT p50 {e.get('ttft_ms_p50')} ms, "
                   f"decode {e.get('decode_tokens_per_s_p50')} tok/s")
+        if comp.get("llm_service"):
+            llm_bench.print_result(comp["llm_service"])
         for name, row in comp["tts"].get("onnx", {}).items():
             print(f"TTS onnx {name}: first chunk {row['first_chunk_s'] * 1000:.0f} ms, RTF {row['rtf']:.2f} "
                   f"(CPU RTF {row['cpu_rtf']:.2f})")

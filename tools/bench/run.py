@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from services.llm import bench as llm_bench
 from tests.e2e.conftest import TINY_LLM, model_dir, start_stack, stop_stack
 from tools.bench import components, legs, procs, stats
 from tools.bench.direct import DirectPath
@@ -204,6 +205,9 @@ def run_components(engine_rows: dict[str, list[dict]], tts_engine, voice: str, b
     bar.set_description("components: llm")
     tokens = 16 if quick else 64
     out["llm"] = [components.llm(path, 1, tokens, tokens, engine_rows=rows) for path, rows in engine_rows.items()]
+    # Like for like: the llm service, the same engine in process and litert_lm.Benchmark, interleaved rounds.
+    out["llm_service"] = llm_bench.run(instruct_model(), 1, turns=1 if quick else 8, decode=tokens,
+                                       cancels=1 if quick else 4)
     bar.update(1)
     bar.set_description("components: tts")
     out["tts"] = components.tts(tts_engine, voice, *((1, ("short",)) if quick else ()))
