@@ -6,7 +6,8 @@ Two responsibilities:
   as soon as it is complete, with its character span in the whole input. Sentence ends are found
   by pysbd (abbreviations, decimals, ellipses, quotes and brackets after the stop); a line break
   always ends a sentence (markdown lists and headings carry no stop), fenced code is skipped,
-  and a long first sentence is cut at its first clause boundary so the first audio comes early.
+  and a long first sentence is cut at its first clause boundary (or, lacking one, at a space) so the
+  first audio comes early.
 * :func:`speakable` turns one sentence into plain words: markdown, emoji and code are stripped;
   numbers, ordinals, years, times, money, percentages and common symbols are spelled out
   (num2words does the numbers; the patterns around them are small and specific to speech).
@@ -41,13 +42,16 @@ class SentenceSplitter:
     """Incremental sentence splitter: ``push(piece)`` and ``close()`` return finished sentences.
 
     ``first_max_chars``: a first sentence longer than this is cut at its first clause boundary
-    (``, ; : —``) that leaves at least ``min_clause_chars`` before it. 0 turns that off.
+    (``, ; : —``) that leaves at least ``min_clause_chars`` before it. 0 turns that off. A first sentence
+    with no clause boundary is cut at the last space before ``first_hard_max_chars``: a model that writes one
+    long sentence without commas must not hold back the first audio until the whole sentence exists.
     """
 
-    def __init__(self, first_max_chars: int = 24, min_clause_chars: int = 4) -> None:
+    def __init__(self, first_max_chars: int = 24, min_clause_chars: int = 4, first_hard_max_chars: int = 48) -> None:
         self._segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
         self._first_max = first_max_chars
         self._min_clause = min_clause_chars
+        self._hard_max = max(first_hard_max_chars, first_max_chars)
         self._buf = ""
         self._base = 0  # offset of _buf[0] in the whole input
         self._in_code = False
@@ -123,6 +127,11 @@ class SentenceSplitter:
         for m in _CLAUSE.finditer(text):
             if len(text[: m.start()].strip()) >= self._min_clause and text[m.end():].strip():
                 return m.end()
+        if len(text.strip()) <= self._hard_max:
+            return 0
+        space = text.rfind(" ", 0, self._hard_max)
+        if space > 0 and len(text[:space].strip()) >= self._min_clause and text[space:].strip():
+            return space
         return 0
 
     def _emit(self, text: str, start: int, end: int) -> list[Sentence]:

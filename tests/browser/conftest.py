@@ -70,7 +70,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def media(tmp_path_factory: pytest.TempPathFactory) -> Media:
     folder = tmp_path_factory.mktemp("media")
     speech = folder / "speech.wav"
-    ends = media_fixtures.speech_timeline(speech, page_driver.SPEECH, page_driver.SPEECH_TOTAL_S)
+    ends = media_fixtures.speech_timeline(speech, page_driver.FAKE.speech, page_driver.FAKE.total_s)
     return Media(speech, media_fixtures.camera_y4m(folder / "camera.y4m"), ends)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import wave
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ def _espeak(text: str, path: Path) -> tuple[np.ndarray, int]:
     return samples, rate
 
 
-def speech_timeline(path: Path, utterances: list[tuple[float, str]], total_s: float) -> dict[str, float]:
+def speech_timeline(path: Path, utterances: Sequence[tuple[float, str]], total_s: float) -> dict[str, float]:
     """Writes `path`: each (start_s, text) spoken by espeak-ng at start_s, silence elsewhere, 48 kHz mono PCM16.
 
     Returns each utterance's end time in seconds. Chromium plays the file once (%noloop) from when capture opens.

@@ -17,14 +17,28 @@ from playwright.async_api import ConsoleMessage, Page, Request, Response, async_
 
 CHROMIUM = os.environ.get("SOTTO_CHROMIUM", "/usr/bin/chromium")
 
-# (start s, text): leading silence covers page start-up (VAD model and WASM load); the second utterance starts
-# while the first answer (6 s of audio) is still playing.
-SPEECH = [
-    (4.0, "What is on the table in front of me?"),
-    (9.5, "Wait what colour is the cup"),
-]
-SPEECH_TOTAL_S = 14.0
+@dataclass(frozen=True)
+class Timeline:
+    """What the fake microphone says when, and how long the driver waits for each step.
+
+    `speech`: (start s, text); leading silence covers page start-up (VAD model and WASM load), and the second
+    utterance starts while the first answer is still playing. `patience` multiplies every wait.
+    With `cut_while_running`, a first answer already complete on the server when the user cuts in raises
+    AnswerEnded too (the fake gateway sends turn.done before its audio has played, by design).
+    """
+
+    speech: tuple[tuple[float, str], ...]
+    total_s: float
+    patience: float = 1.0
+    cut_while_running: bool = False  # the cut-in must come while the server still works on the first answer
+
+
+# Against the fake gateway: answers come at once, the first is 6 s of audio.
+FAKE = Timeline(((4.0, "What is on the table in front of me?"), (9.5, "Wait what colour is the cup")), 14.0)
 REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
+# Against the real stack on a slow CPU: time to first audio is seconds, so the user cuts in later.
+REAL = Timeline(((4.0, "What is on the table in front of me?"), (13.0, "Wait what colour is the cup")), 18.0,
+                patience=3.0, cut_while_running=True)
 
 
 # The profile is a fresh temporary --user-data-dir made by playwright for each launch.
@@ -101,8 +115,24 @@ async def wait_for_events(page: Page, direction: str, kind: str, count: int, tim
         arg=[direction, kind, count], timeout=timeout_s * 1000)
 
 
-async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path) -> ConversationRun:
+class AnswerEnded(Exception):
+    """The first answer was over before the second utterance: there was nothing to barge in on."""
+
+
+# The page sent `interrupt`, or it went back to listening after speaking without one.
+_CUT_IN_OR_OVER = """() => {
+  const events = window.sottoDebug.events;
+  if (events.some(e => e.dir === "out" && e.type === "interrupt")) return true;
+  const states = events.filter(e => e.type === "state").map(e => e.state);
+  return states.indexOf("listening", states.indexOf("speaking")) > states.indexOf("speaking")
+    && states.includes("speaking");
+}"""
+
+
+async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path,
+                           timeline: Timeline = FAKE) -> ConversationRun:
     started = time.monotonic()
+    wait = timeline.patience
     log = BrowserLog()
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
@@ -116,7 +146,7 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             # The first answer plays: the worklet's played-sample counter rises.
             await page.wait_for_function(
                 "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800",
-                timeout=30_000)
+                timeout=30_000 * wait)
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)
@@ -125,16 +155,23 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             await page.screenshot(path=str(screenshot), full_page=True)
 
             # The second utterance barges in, and its own answer completes.
-            await wait_for_events(page, "out", "interrupt", 1, timeout_s=20)
-            await wait_for_events(page, "in", "turn.done", 2, timeout_s=30)
+            await page.wait_for_function(_CUT_IN_OR_OVER, timeout=20_000 * wait)
+            so_far = await debug(page, "events")
+            cut = next((i for i, e in enumerate(so_far) if e["dir"] == "out" and e["type"] == "interrupt"), None)
+            if cut is None:
+                raise AnswerEnded("the first answer had finished playing before the user cut in")
+            if timeline.cut_while_running and any(e["type"] == "turn.done" for e in so_far[:cut]):
+                raise AnswerEnded("the first answer was complete on the server before the user cut in: "
+                                  "nothing was left for the server to cancel")
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
             # turn.done may come before the answer has played (the real gateway does that): let it finish
-            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
 
             # A typed turn.
             await page.get_by_label("Type a message").fill("Hello from the keyboard")
             await page.get_by_label("Type a message").press("Enter")
-            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20)
-            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=10_000)
+            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20 * wait)
+            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
 
             transcript = await page.locator("#transcript li").all_inner_texts()
             latency = await page.locator("#latency").inner_text()

@@ -1,6 +1,6 @@
 """The page in headless Chromium, fake mic (espeak-ng) and camera (Y4M), against the fake gateway (or any gateway).
 
-Scripted timeline (page_driver.SPEECH): the user asks a question; while the 6 s answer plays, they talk over it;
+Scripted timeline (page_driver.FAKE): the user asks a question; while the 6 s answer plays, they talk over it;
 that utterance gets a short answer; then they type a message. The first group of tests checks what the page shows
 and reports about itself, valid against any server; the second checks the wire as the fake gateway recorded it.
 """
@@ -116,7 +116,7 @@ def test_audio_frames_have_valid_headers_and_carry_speech(conversation: Conversa
 def test_audio_is_sent_only_around_speech_with_preroll(conversation: Conversation) -> None:
     frames = conversation.recorder.frames_of(fake_gateway.KIND_AUDIO_IN)
     assert conversation.recorder.audio_ends == 2
-    for utterance, (start_s, text) in enumerate(page_driver.SPEECH):
+    for utterance, (start_s, text) in enumerate(page_driver.FAKE.speech):
         segment = [f for f in frames if f.utterance == utterance]
         spoken_s = conversation.media.utterance_ends_s[text] - start_s
         sent_s = sum(len(f.payload) for f in segment) / 2 / 16000

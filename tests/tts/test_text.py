@@ -117,3 +117,20 @@ def test_speakable(text, expected):
 
 def test_speakable_of_only_markup_is_empty():
     assert speakable("🎉🎉 **") == ""
+
+
+def test_a_long_first_sentence_without_a_clause_is_cut_at_a_space_while_it_streams():
+    text = "The picture shows a wooden table with a red cup and an open laptop next to a window. Nice."
+    words = re.findall(r"\S+\s*", text)
+    splitter = SentenceSplitter(first_max_chars=24)
+    got, first_at = [], None
+    for i, word in enumerate(words):
+        got += splitter.push(word)
+        if got and first_at is None:
+            first_at = i
+    got += splitter.close()
+    assert first_at is not None and first_at < len(words) - 3, "the first piece waited for the sentence's end"
+    assert len(got[0].text) <= 48 and text.startswith(got[0].text + " "), got[0]
+    for sentence in got:
+        assert text[sentence.start:sentence.end] == sentence.text
+    assert "".join(text[s.start:s.end] + " " for s in got).split() == text.split()
