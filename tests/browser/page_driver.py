@@ -158,11 +158,15 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             await page.wait_for_function(_CUT_IN_OR_OVER, timeout=20_000 * wait)
             so_far = await debug(page, "events")
             cut = next((i for i, e in enumerate(so_far) if e["dir"] == "out" and e["type"] == "interrupt"), None)
+            done = [e for e in so_far[:cut] if e["type"] == "turn.done"] if cut is not None else \
+                [e for e in so_far if e["type"] == "turn.done"]
+            what = (f"{time.monotonic() - started:.1f} s in; first answer: "
+                    + (f"{len(done[0]['text'])} characters, {done[0]['finish_reason']}" if done else "unfinished"))
             if cut is None:
-                raise AnswerEnded("the first answer had finished playing before the user cut in")
-            if timeline.cut_while_running and any(e["type"] == "turn.done" for e in so_far[:cut]):
+                raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})")
+            if timeline.cut_while_running and done:
                 raise AnswerEnded("the first answer was complete on the server before the user cut in: "
-                                  "nothing was left for the server to cancel")
+                                  f"nothing was left for the server to cancel ({what})")
             await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
             # turn.done may come before the answer has played (the real gateway does that): let it finish
             await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)

@@ -62,7 +62,7 @@ def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: 
                 run = asyncio.run(asyncio.wait_for(page_driver.run_conversation(
                     stack.http_url + "/", speech, camera, out, page_driver.REAL), timeout=300))
             except page_driver.AnswerEnded as exc:
-                print(f"attempt {attempt}: {exc} (the tiny model ended its turn early); a new page")
+                print(f"attempt {attempt}: {exc}; a new page")
                 continue
             print(f"real-stack browser conversation: {run.seconds:.1f} s, attempt {attempt}, screenshots in {out}")
             yield RealConversation(run, stack, attempt)
