@@ -119,6 +119,14 @@ class AnswerEnded(Exception):
     """The first answer was over before the second utterance: there was nothing to barge in on."""
 
 
+# The first answer plays (the worklet's counter rises), or it is over without a sound (nothing speakable).
+_PLAYING_OR_SILENT = """() => {
+  const d = window.sottoDebug;
+  if (d.state === "speaking" && d.playedSamples > 4800) return true;
+  return d.state === "listening" && d.events.some(e => e.dir === "in" && e.type === "turn.done")
+    && !d.events.some(e => e.type === "state" && e.state === "speaking");
+}"""
+
 # The page sent `interrupt`, or it went back to listening after speaking without one.
 _CUT_IN_OR_OVER = """() => {
   const events = window.sottoDebug.events;
@@ -144,9 +152,11 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             await page.get_by_role("button", name="Start").click()
 
             # The first answer plays: the worklet's played-sample counter rises.
-            await page.wait_for_function(
-                "() => window.sottoDebug.state === 'speaking' && window.sottoDebug.playedSamples > 4800",
-                timeout=30_000 * wait)
+            await page.wait_for_function(_PLAYING_OR_SILENT, timeout=30_000 * wait)
+            if await debug(page, "state") != "speaking":
+                done = [e for e in await debug(page, "events") if e["type"] == "turn.done"]
+                raise AnswerEnded(f"the first answer had no audio ({len(done[0]['text'])} characters, "
+                                  f"{done[0]['finish_reason']})")
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)
