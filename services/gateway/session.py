@@ -65,6 +65,7 @@ class Session:
         self.turns = 0
         self._bucket = (float(self.gw.max_messages_per_s), time.monotonic())
         self._rate_warned = 0.0
+        self._vad_failure_told = False  # until the vad service answers again
         self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"session-{self.id}::stalls")
 
     # -- sending ---------------------------------------------------------------------------------------------
@@ -213,6 +214,7 @@ class Session:
 
     # -- vad events ------------------------------------------------------------------------------------------
     async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
+        self._vad_failure_told = False
         if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
             self.speech_start = origin + ev.start_sample
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
@@ -236,6 +238,11 @@ class Session:
         if self.speech_start is not None:
             self.error("unavailable", f"the vad service failed mid-utterance ({exc.code().name}); "
                                       "the utterance was dropped")
+        elif not self._vad_failure_told:
+            # Audio goes on arriving, and each frame retries the stream: say it once, not per frame.
+            self.error("unavailable", f"the vad service is unavailable ({exc.code().name}): speech is not heard "
+                                      "until it is back; typed messages still work")
+        self._vad_failure_told = True
         self.speech_start = None
 
     async def _watch_stalls(self) -> None:
@@ -311,6 +318,8 @@ class Session:
         health as it stands then."""
         if self.start is None:
             return
+        if service == "vad" and status == "SERVING":
+            self._vad_failure_told = False
         self.send(event("health", service=service, status=status))
 
     async def close(self) -> None:

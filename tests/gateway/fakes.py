@@ -23,9 +23,12 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
     def __init__(self, silence_ms: int = 200) -> None:
         self.silence = silence_ms * 16
         self.streams = 0
+        self.fail_with: grpc.StatusCode | None = None
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
+        if self.fail_with is not None:
+            await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
         pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:

@@ -160,3 +160,16 @@ async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stac
     assert started and done["interrupted"] and done["finish_reason"] == "interrupted"
     assert not [t for t, _ in client.frames if t > heard_at + 0.1]
     assert stack.tts.cancelled == 1
+
+
+async def test_speech_while_the_vad_service_is_down_gets_one_clear_error(stack, connect) -> None:
+    stack.vad.fail_with = grpc.StatusCode.UNAVAILABLE
+    client = await connect()
+    await client.send_audio(np.concatenate([speech(0.5), silence(0.5)]))
+    err = await client.wait_for("error")
+    assert err["code"] == "unavailable" and "speech is not heard" in err["message"], err
+    await client.send_audio(speech(0.5))
+    await asyncio.sleep(0.3)
+    assert len([e for e in client.events if e["type"] == "error"]) == 1, "one error per outage, not per frame"
+    await client.send(type="text", text="Typed still works")
+    assert (await client.wait_for("turn.done"))["finish_reason"] == "stop"
