@@ -1,0 +1,32 @@
+"""What a user would see after the scripted conversation, whichever server answered: shared by the fake-gateway
+and the real-stack browser tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image, ImageStat
+
+from tests.browser.page_driver import ConversationRun
+
+
+def assert_transcript_shows_the_conversation(run: ConversationRun) -> None:
+    """Two spoken turns, the typed one and an answer to each; the latency read-out; back to listening."""
+    transcript = run.transcript
+    assert len(transcript) == 6, transcript
+    assert transcript[0].startswith("You:🎤 spoken (") and transcript[2].startswith("You:🎤 spoken (")
+    assert transcript[4] == "You:Hello from the keyboard"
+    assert all(transcript[i].startswith("Sotto:") for i in (1, 3, 5))
+    assert "time to first audio" in transcript[5]
+    assert run.latency_text.startswith("Last turn: time to first audio")
+    assert run.state_after == "listening"
+
+
+def assert_first_answer_marked_cut(run: ConversationRun) -> None:
+    # "(interrupted)" when turn.done says so; "(stopped before the end)" when turn.done came before the barge-in
+    assert any(mark in run.transcript[1] for mark in ("(interrupted)", "(stopped before the end)")), run.transcript
+
+
+def assert_not_blank(screenshot: Path) -> None:
+    image = Image.open(screenshot).convert("RGB")
+    assert max(ImageStat.Stat(image).var) > 100, "the screenshot is (nearly) uniform"
