@@ -1,15 +1,18 @@
 """The direct path: the same LLM and TTS engines in this one process, on the same inputs, with no gRPC,
 WebSocket or gateway between them.
 
-`first_audio` computes the in-process equivalent of the stack's "turn start -> first audio": the LLM runs the
-request (time to first token, then the time until the splitter has the first complete sentence), and the TTS
-engine then speaks that first sentence alone (time to its first chunk). The sum is what the same engines need
-with nothing in between; the engines run one after the other, so they do not compete with each other.
-CPU time of this process is counted for each part, to compare with the stack's processes.
+`first_audio` computes the in-process equivalent of the stack's "turn start -> first audio" on the stack's own
+schedule: the LLM decodes in this thread, each sentence goes to the TTS engine (in a second thread, as the tts
+service's SynthesizeStream does) the moment the splitter completes it, so the TTS speaks the first sentence while
+the LLM still decodes the rest, competing for the same cores exactly as the two services do. What remains between
+the two paths is the gateway, gRPC and serialisation. The CPU time of this process over the whole turn is counted,
+to compare with the stack's processes.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from dataclasses import dataclass
 
@@ -30,8 +33,7 @@ class DirectTurn:
     decode_tokens: int = 0
     decode_tokens_per_s: float = 0.0
     prefill_tokens: int = 0
-    llm_cpu_ms: float = 0.0                  # CPU of this process (all threads) while the LLM ran
-    tts_cpu_ms: float = 0.0                  # ... while the TTS engine spoke the whole reply
+    cpu_ms: float = 0.0                      # CPU of this process (all threads): the LLM and the whole reply spoken
 
 
 class DirectPath:
@@ -66,49 +68,48 @@ class DirectPath:
     def first_audio(self, request) -> DirectTurn:
         out = DirectTurn()
         splitter = self.tts.splitter()
-        sentences: list = []
+        sentences: queue.Queue = queue.Queue()
+        first_chunk: list[float] = []
         cpu0, started = time.process_time(), time.perf_counter()
 
         def ms() -> float:
             return round((time.perf_counter() - started) * 1000, 1)
 
-        for event in self.llm.generate(request):
-            if isinstance(event, TextDelta):
-                if out.first_token_ms is None:
-                    out.first_token_ms = ms()
-                out.reply += event.text
-                sentences += splitter.push(event.text)
-                if sentences and out.first_sentence_ms is None:
+        def speak() -> None:
+            for _ in self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed):
+                if not first_chunk:
+                    first_chunk.append(ms())
+
+        def feed(done: list) -> None:
+            for sentence in done:
+                if out.first_sentence_ms is None:
                     out.first_sentence_ms = ms()
-            elif isinstance(event, Finished):
-                out.decode_tokens, out.prefill_tokens = event.decode_tokens, event.prefill_tokens
-                out.decode_tokens_per_s = round(event.decode_tokens_per_s, 1)
-        sentences += splitter.close()
-        if sentences and out.first_sentence_ms is None:
-            out.first_sentence_ms = ms()
-        out.llm_cpu_ms = round((time.process_time() - cpu0) * 1000, 1)
-        if not sentences:
-            return out
-        cpu1, tts_started = time.process_time(), time.perf_counter()
-        chunks = self.tts.synthesize_sentences(sentences, self.voice, self.speed)
+                sentences.put(sentence)
+
+        speaker = threading.Thread(target=speak, name="direct-tts")
+        speaker.start()
         try:
-            next(chunks, None)
-            out.tts_first_chunk_ms = round((time.perf_counter() - tts_started) * 1000, 1)
-            for _ in chunks:  # the rest of the reply: only its CPU is counted, to compare with the tts service
-                pass
+            for event in self.llm.generate(request):
+                if isinstance(event, TextDelta):
+                    if out.first_token_ms is None:
+                        out.first_token_ms = ms()
+                    out.reply += event.text
+                    feed(splitter.push(event.text))
+                elif isinstance(event, Finished):
+                    out.decode_tokens, out.prefill_tokens = event.decode_tokens, event.prefill_tokens
+                    out.decode_tokens_per_s = round(event.decode_tokens_per_s, 1)
+            feed(splitter.close())
         finally:
-            chunks.close()
-        out.tts_cpu_ms = round((time.process_time() - cpu1) * 1000, 1)
-        out.first_audio_ms = round(out.first_sentence_ms + out.tts_first_chunk_ms, 1)
+            sentences.put(None)
+            speaker.join()
+        out.cpu_ms = round((time.process_time() - cpu0) * 1000, 1)
+        if first_chunk and out.first_sentence_ms is not None:
+            out.first_audio_ms = first_chunk[0]
+            out.tts_first_chunk_ms = round(first_chunk[0] - out.first_sentence_ms, 1)
         return out
 
     def close(self) -> None:
         self.llm.close()
-
-
-def _first_sentence(out: DirectTurn, ms) -> None:
-    if out.first_sentence_ms is None:
-        out.first_sentence_ms = ms()
 
 
 def tts_cfg_folder(env: dict[str, str]):

@@ -52,10 +52,9 @@ def _paired(stack_turn, cpu: dict[str, float], direct_turn) -> dict:
         row["overhead_ms"] = round(stack_turn.client_stage_ms - direct_turn.first_audio_ms, 1)
         row["overhead_server_ms"] = round(stack_turn.timings["first_audio_ms"] - direct_turn.first_audio_ms, 1)
     if {"gateway", "llm", "tts"} <= cpu.keys():
-        # CPU the stack spent beyond the engines' own work: the gateway, plus each model service minus the
-        # same engine's CPU in one process. It holds on a busy machine, where wall-clock differences do not.
-        row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] - direct_turn.llm_cpu_ms
-                                       + cpu["tts"] - direct_turn.tts_cpu_ms, 1)
+        # CPU the stack spent beyond the engines' own work: the gateway and the two model services, minus the
+        # same engines' CPU in one process. It holds on a busy machine, where wall-clock differences do not.
+        row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] + cpu["tts"] - direct_turn.cpu_ms, 1)
     return row
 
 
@@ -74,7 +73,7 @@ def summarize_case(name: str, rows: list[dict]) -> dict:
            "overhead_server_ms": stats.summary(r["overhead_server_ms"] for r in ok),
            "cpu_ms": {name: stats.summary(r["stack_cpu_ms"].get(name) for r in ok)
                       for name in ("gateway", "vad", "llm", "tts")},
-           "direct_cpu_ms": {name: stats.summary(r["direct"][f"{name}_cpu_ms"] for r in ok) for name in ("llm", "tts")},
+           "direct_cpu_ms": stats.summary(r["direct"]["cpu_ms"] for r in ok),
            "cpu_overhead_ms": stats.summary(r.get("cpu_overhead_ms") for r in ok)}
     p50, ttfa = out["overhead_ms"]["p50"], out["ttfa_ms"]["p50"]
     out["overhead_ratio_p50"] = round(p50 / ttfa, 4) if p50 is not None and ttfa else None
