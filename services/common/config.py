@@ -175,6 +175,10 @@ class TtsConfig:
     speed: float = setting("SOTTO_TTS_SPEED", 1.0, "Default speaking rate.", lo=0.5, hi=2.0)
     max_text_chars: int = setting("SOTTO_TTS_MAX_TEXT_CHARS", 4000, "Longest accepted text per call.", lo=1, hi=100000)
     chunk_samples: int = setting("SOTTO_TTS_CHUNK_SAMPLES", 2048, "Samples per audio chunk.", lo=256, hi=48000)
+    max_phonemes_per_run: int = setting("SOTTO_TTS_MAX_PHONEMES_PER_RUN", 160,
+                                        "Longest model run (phonemes, ~10 s of speech); longer sentences are split "
+                                        "at word boundaries. Warm-up renders one run this long, so memory is "
+                                        "sized at start and stays flat.", lo=32, hi=510)
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class _KokoroBase:
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
                  default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 24,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
-                 clause_pause: float = 0.1) -> None:
+                 clause_pause: float = 0.1, max_phonemes: int = _MAX_PHONEMES) -> None:
         self._voice_names = sorted(voice_names)
         self._tokenizer = tokenizer
         self.default_voice = default_voice or ("af_heart" if "af_heart" in self._voice_names
@@ -110,13 +110,20 @@ class _KokoroBase:
         self.first_max_chars = first_max_chars
         self.chunk_samples = chunk_samples
         self._sentence_pause, self._clause_pause = sentence_pause, clause_pause
+        self.max_phonemes = min(max_phonemes, _MAX_PHONEMES)
 
     def voices(self) -> list[str]:
         return list(self._voice_names)
 
     def warmup(self) -> None:
+        """A short sentence, then one run of the longest allowed size: ONNX Runtime's memory arena grows to the
+        largest run it has seen and never shrinks, so sizing it here keeps the service's memory flat later."""
         for _ in self.synthesize("Hello there, I am ready."):
             pass
+        words = "This sentence only sizes the memory of the longest model run before the first request."
+        phonemes = self._tokenizer.phonemize(words, self.default_language)
+        longest = " ".join([phonemes] * (self.max_phonemes // max(1, len(phonemes)) + 1))[: self.max_phonemes]
+        self._render(longest.rsplit(" ", 1)[0], self.default_voice, 1.0, _NEVER)
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -160,6 +167,8 @@ class _KokoroBase:
 
     def _stream(self, sentences: Iterable[Sentence], voice: str, speed: float, lang: str,
                 cancel: threading.Event) -> Iterator[AudioChunk]:
+        from kokoro_onnx.chunker import split_phonemes
+
         offset = 0
         previous: Sentence | None = None
         for sentence in sentences:
@@ -169,21 +178,27 @@ class _KokoroBase:
             phonemes = self._tokenizer.phonemize(words, lang) if words else ""
             if not phonemes.strip():
                 continue
-            audio = self._render(phonemes, voice, speed, cancel)
-            if cancel.is_set():
-                return
-            pcm = float_to_pcm16(audio)
             silence = b"\0\0" * _pause_before(previous, self._sentence_pause, self._clause_pause)
-            pcm = silence + pcm
             previous = sentence
+            # Runs of at most max_phonemes (split at word boundaries): bounded memory per run, and the first
+            # chunks of a long sentence leave before the rest is rendered. Chunks stay chunk_samples long across
+            # runs; only the sentence's last may be shorter.
+            pending = silence
+            batches = split_phonemes(phonemes, self.max_phonemes)
             step = self.chunk_samples * 2
-            for start in range(0, len(pcm), step):
+            for n, batch in enumerate(batches):
+                audio = self._render(batch, voice, speed, cancel)
                 if cancel.is_set():
                     return
-                piece = pcm[start:start + step]
-                yield AudioChunk(piece, sentence.index, sentence.start, sentence.end,
-                                 offset, start + step >= len(pcm), sentence.text)
-                offset += len(piece) // 2
+                pending += float_to_pcm16(audio)
+                final = n == len(batches) - 1
+                while len(pending) >= step or (final and pending):
+                    if cancel.is_set():
+                        return
+                    piece, pending = pending[:step], pending[step:]
+                    yield AudioChunk(piece, sentence.index, sentence.start, sentence.end,
+                                     offset, final and not pending, sentence.text)
+                    offset += len(piece) // 2
 
     def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
         raise NotImplementedError
@@ -245,6 +260,9 @@ class KokoroOnnx(_KokoroBase):
 
         session_options = ort.SessionOptions()
         session_options.intra_op_num_threads = threads or os.cpu_count() or 1
+        # Every sentence has its own input length; ORT would cache a memory pattern for each one, so memory
+        # would creep up with the variety of sentences spoken (seen as +90 MB over a 20-minute soak).
+        session_options.enable_mem_pattern = False
         session = ort.InferenceSession(str(model_path), sess_options=session_options,
                                        providers=["CPUExecutionProvider"])
         self._session = _AbortableSession(session)
