@@ -10,8 +10,9 @@ Two responsibilities:
   off Apple Silicon) and :class:`KokoroMlx` (kokoro-mlx, the default on macOS arm64).
 
 An engine runs one synthesis at a time; callers serialise (one worker thread per engine).
-Cancellation: ``cancel`` (a ``threading.Event``) is checked before every chunk, and the ONNX
-backend also aborts a model run in progress, so a barge-in frees the engine within one chunk.
+Cancellation: ``cancel`` (a :class:`CancelEvent`) is checked before every chunk, and the ONNX
+backend also aborts a model run in progress the moment it is set, so a barge-in frees the engine
+within one chunk.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import os
 import platform
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -36,13 +38,52 @@ CHUNK_SAMPLES = 2048
 LANGUAGES = ("en-us", "en-gb")
 SPEED_RANGE = (0.5, 2.0)
 _MAX_PHONEMES = 510  # the model's context, less the two pad tokens
-_NEVER = threading.Event()
 # phonemizer warns "words count mismatch" on every call when punctuation is kept, as Kokoro needs.
 logging.getLogger("phonemizer").setLevel(logging.ERROR)
 
 
 class InvalidInput(ValueError):
     """A request the engine cannot serve; the message says what is accepted."""
+
+
+class CancelEvent(threading.Event):
+    """A threading.Event that also calls back when set.
+
+    A plain Event has no callbacks, so aborting a model run on cancel would need a thread polling it during
+    every run: hundreds of wake-ups per second stealing the cores synthesis runs on. Here the abort is
+    called from `set()` itself, in the cancelling thread.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def set(self) -> None:
+        with self._lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    @contextmanager
+    def calling(self, callback: Callable[[], None]) -> Iterator[None]:
+        """Within the block, `callback()` runs when the event is set (at once if it already is)."""
+        with self._lock:
+            already = self.is_set()
+            if not already:
+                self._callbacks.append(callback)
+        if already:
+            callback()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+
+_NEVER = CancelEvent()
 
 
 @dataclass(frozen=True)
@@ -71,12 +112,12 @@ class TtsEngine(Protocol):
     def warmup(self) -> None: ...
 
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0,
-                   lang: str | None = None, cancel: threading.Event | None = None
+                   lang: str | None = None, cancel: CancelEvent | None = None
                    ) -> Iterator[AudioChunk]: ...
 
     def synthesize_sentences(self, sentences: Iterable[Sentence], voice: str | None = None,
                              speed: float = 1.0, lang: str | None = None,
-                             cancel: threading.Event | None = None) -> Iterator[AudioChunk]: ...
+                             cancel: CancelEvent | None = None) -> Iterator[AudioChunk]: ...
 
 
 def default_backend() -> str:
@@ -149,7 +190,7 @@ class _KokoroBase:
         return SentenceSplitter(first_max_chars=self.first_max_chars)
 
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0,
-                   lang: str | None = None, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+                   lang: str | None = None, cancel: CancelEvent | None = None) -> Iterator[AudioChunk]:
         """Validate eagerly (errors raise here, not at the first next()), then stream chunks."""
         self.check_text(text)
         voice, lang = self.check(voice, speed, lang)
@@ -160,13 +201,13 @@ class _KokoroBase:
 
     def synthesize_sentences(self, sentences: Iterable[Sentence], voice: str | None = None,
                              speed: float = 1.0, lang: str | None = None,
-                             cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+                             cancel: CancelEvent | None = None) -> Iterator[AudioChunk]:
         """Speak sentences as they arrive (the iterable may block while the text streams in)."""
         voice, lang = self.check(voice, speed, lang)
         return self._stream(sentences, voice, speed, lang, cancel or _NEVER)
 
     def _stream(self, sentences: Iterable[Sentence], voice: str, speed: float, lang: str,
-                cancel: threading.Event) -> Iterator[AudioChunk]:
+                cancel: CancelEvent) -> Iterator[AudioChunk]:
         from kokoro_onnx.chunker import split_phonemes
 
         offset = 0
@@ -200,7 +241,7 @@ class _KokoroBase:
                                      offset, final and not pending, sentence.text)
                     offset += len(piece) // 2
 
-    def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
+    def _render(self, phonemes: str, voice: str, speed: float, cancel: CancelEvent) -> np.ndarray:
         raise NotImplementedError
 
 
@@ -216,6 +257,7 @@ class _AbortableSession:
     def __init__(self, session) -> None:
         self._session = session
         self._options = None
+        self.cancel: CancelEvent = _NEVER  # the request the next run belongs to
 
     def __getattr__(self, name):
         return getattr(self._session, name)
@@ -223,9 +265,11 @@ class _AbortableSession:
     def run(self, output_names, input_feed, run_options=None):
         import onnxruntime as ort
 
-        self._options = ort.RunOptions()
+        self._options = options = ort.RunOptions()
+        if self.cancel.is_set():  # set before this run could be aborted: end it at its first step
+            options.terminate = True
         try:
-            return self._session.run(output_names, input_feed, self._options)
+            return self._session.run(output_names, input_feed, options)
         finally:
             self._options = None
 
@@ -233,19 +277,6 @@ class _AbortableSession:
         options = self._options
         if options is not None:
             options.terminate = True
-
-
-def _watch(cancel: threading.Event, done: threading.Event, on_cancel) -> threading.Thread:
-    """Call on_cancel() if `cancel` is set before `done` (polled: Event has no callbacks)."""
-    def loop() -> None:
-        while not done.wait(0.005):
-            if cancel.is_set():
-                on_cancel()
-                return
-
-    thread = threading.Thread(target=loop, name="tts-cancel-watch", daemon=True)
-    thread.start()
-    return thread
 
 
 class KokoroOnnx(_KokoroBase):
@@ -278,18 +309,15 @@ class KokoroOnnx(_KokoroBase):
             raise FileNotFoundError(f"{folder} needs a kokoro-*.onnx and a voices-*.bin file")
         return cls(models[0], voices[0], **options)
 
-    def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
-        done = threading.Event()
-        watcher = _watch(cancel, done, self._session.abort)
+    def _render(self, phonemes: str, voice: str, speed: float, cancel: CancelEvent) -> np.ndarray:
+        self._session.cancel = cancel
         try:
-            audio, _ = self._kokoro.create(phonemes, voice, speed, is_phonemes=True, trim=True)
+            with cancel.calling(self._session.abort):
+                audio, _ = self._kokoro.create(phonemes, voice, speed, is_phonemes=True, trim=True)
         except Exception:
             if cancel.is_set():  # the run was aborted on purpose
                 return np.zeros(0, np.float32)
             raise
-        finally:
-            done.set()
-            watcher.join()
         return np.asarray(audio, np.float32)
 
 
@@ -325,7 +353,7 @@ class KokoroMlx(_KokoroBase):
         tokenizer = _espeak_tokenizer(self._model.vocab or None)
         super().__init__(self._voice_files.list_voices(), tokenizer, **options)
 
-    def _render(self, phonemes: str, voice: str, speed: float, cancel: threading.Event) -> np.ndarray:
+    def _render(self, phonemes: str, voice: str, speed: float, cancel: CancelEvent) -> np.ndarray:
         from kokoro_onnx.chunker import split_phonemes
         from kokoro_onnx.trim import trim
 

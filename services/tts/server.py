@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics
 from services.tts import models
-from services.tts.engine import InvalidInput, create_engine, default_backend
+from services.tts.engine import CancelEvent, InvalidInput, create_engine, default_backend
 from services.tts.text import Sentence
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
@@ -93,7 +92,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         grpc_server.rpc_context_ids(context)
         engine = await self._ready(context)
         started = time.perf_counter()
-        cancel = threading.Event()
+        cancel = CancelEvent()
         context.add_done_callback(lambda _: cancel.set())
         voice, speed, lang = self._settings(request.config)
         try:
@@ -107,7 +106,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
     async def SynthesizeStream(self, request_iterator, context):
         grpc_server.rpc_context_ids(context)
         engine = await self._ready(context)
-        cancel = threading.Event()
+        cancel = CancelEvent()
         context.add_done_callback(lambda _: cancel.set())
         first = await anext(aiter(request_iterator), None)
         if first is None:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from services.tts.engine import CHUNK_SAMPLES, SAMPLE_RATE, InvalidInput
+from services.tts.engine import CHUNK_SAMPLES, SAMPLE_RATE, CancelEvent, InvalidInput
 from services.tts.text import SentenceSplitter
 
 VOICE = "jf_alpha"  # no English voice exists offline: English text, Japanese voice, lang en-us
@@ -67,7 +67,7 @@ def test_sentences_are_spoken_as_they_stream_in(onnx_engine):
 def test_cancel_mid_run_stops_within_a_chunk(onnx_engine):
     text = ("This is a rather long sentence that keeps going without any pause at all, so that the model "
             "has a great deal of work to do in one single run of the network before any audio exists.")
-    cancel = threading.Event()
+    cancel = CancelEvent()
     timer = threading.Timer(0.2, cancel.set)
     started = time.perf_counter()
     timer.start()
@@ -79,7 +79,7 @@ def test_cancel_mid_run_stops_within_a_chunk(onnx_engine):
 
 
 def test_cancel_between_chunks_yields_no_more(onnx_engine):
-    cancel = threading.Event()
+    cancel = CancelEvent()
     stream = onnx_engine.synthesize("One sentence here. And another sentence after it.", VOICE, cancel=cancel)
     first = next(stream)
     cancel.set()
@@ -105,3 +105,20 @@ def test_bad_input_is_refused_with_what_is_accepted(onnx_engine, kwargs, message
     kwargs.setdefault("voice", VOICE)
     with pytest.raises(InvalidInput, match=message):
         onnx_engine.synthesize(**kwargs)
+
+
+def test_cancel_event_calls_back_on_set_only_inside_the_block():
+    calls = []
+    cancel = CancelEvent()
+    with cancel.calling(lambda: calls.append("inside")):
+        cancel.set()
+    assert calls == ["inside"]
+    with cancel.calling(lambda: calls.append("already set")):
+        pass
+    assert calls == ["inside", "already set"]
+    later = CancelEvent()
+    with later.calling(lambda: calls.append("never")):
+        pass
+    later.set()
+    assert calls == ["inside", "already set"]
+
