@@ -55,6 +55,9 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert s["transport_ms"]["n"] == 1
         assert s["direct_ms"]["first_audio"]["p50"] > 0
         assert s["overhead_ms"]["n"] == 1 and s["cpu_overhead_ms"]["n"] == 1
+        # the tts service really synthesised the first sentence: its own first-chunk time is a real duration
+        [row] = case["rows"]
+        assert row["tts_service_first_chunk_ms"] > 50 and s["tts_synthesis_slowdown_ms"]["n"] == 1
         assert s["overhead_ratio_p50"] is not None and isinstance(s["overhead_met"], bool)
         assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
         assert case["load_average"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
@@ -36,9 +36,17 @@ class Timeline:
 # Against the fake gateway: answers come at once, the first is 6 s of audio.
 FAKE = Timeline(((4.0, "What is on the table in front of me?"), (9.5, "Wait what colour is the cup")), 14.0)
 REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
-# Against the real stack on a slow CPU: time to first audio is seconds, so the user cuts in later.
-REAL = Timeline(((4.0, "What is on the table in front of me?"), (13.0, "Wait what colour is the cup")), 18.0,
+# Against the real stack: time to first audio is seconds and varies with the machine's load, so the first cut-in is
+# a guess (about 0.4 s into the answer on an idle 2-core box, where it began 6.8-7.4 s into the file) that later
+# attempts correct (with_cut_in).
+REAL = Timeline(((4.0, "What is on the table in front of me?"), (7.6, "Wait what colour is the cup")), 12.6,
                 patience=3.0, cut_while_running=True)
+
+
+def with_cut_in(timeline: Timeline, at_s: float) -> Timeline:
+    """The same conversation with the second utterance (the cut-in) moved to `at_s` seconds into the file."""
+    (first, (old_at, text), *rest) = timeline.speech
+    return replace(timeline, speech=(first, (at_s, text), *rest), total_s=timeline.total_s - old_at + at_s)
 
 
 # The profile is a fresh temporary --user-data-dir made by playwright for each launch.
@@ -116,7 +124,27 @@ async def wait_for_events(page: Page, direction: str, kind: str, count: int, tim
 
 
 class AnswerEnded(Exception):
-    """The first answer was over before the second utterance: there was nothing to barge in on."""
+    """The first answer was over before the second utterance: there was nothing to barge in on.
+
+    `audio_start_s`: when that answer's audio began, in seconds of the fake microphone's file (None: no audio), so
+    a caller can place the next attempt's cut-in; `early`: the page cut in before any audio had come."""
+
+    def __init__(self, message: str, audio_start_s: float | None = None, early: bool = False) -> None:
+        super().__init__(message)
+        self.audio_start_s = audio_start_s
+        self.early = early
+
+
+def audio_start_s(events: list[dict], timeline: Timeline) -> float | None:
+    """The first answer's `audio.start` on the microphone file's clock. The page stamps audio with the wall clock
+    from the audio clock's origin, so the server's `speech.started` (the first utterance's start on the page's
+    capture clock) ties the two: that utterance starts at `timeline.speech[0][0]` seconds into the file."""
+    started = next((e for e in events if e["dir"] == "in" and e["type"] == "speech.started"), None)
+    audio = next((e for e in events if e["dir"] == "in" and e["type"] == "audio.start"), None)
+    if started is None or audio is None:
+        return None
+    file_origin_ms = started["ts_ms"] - timeline.speech[0][0] * 1000
+    return round((audio["t"] - file_origin_ms) / 1000, 2)
 
 
 # The first answer plays (the worklet's counter rises), or it is over without a sound (nothing speakable).
@@ -154,9 +182,12 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             # The first answer plays: the worklet's played-sample counter rises.
             await page.wait_for_function(_PLAYING_OR_SILENT, timeout=30_000 * wait)
             if await debug(page, "state") != "speaking":
-                done = [e for e in await debug(page, "events") if e["type"] == "turn.done"]
+                events = await debug(page, "events")
+                done = [e for e in events if e["type"] == "turn.done"]
+                early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
                 raise AnswerEnded(f"the first answer had no audio ({len(done[0]['text'])} characters, "
-                                  f"{done[0]['finish_reason']})")
+                                  f"{done[0]['finish_reason']}{', the user cut in before it' if early else ''})",
+                                  early=early)
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)
@@ -172,11 +203,13 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
                 [e for e in so_far if e["type"] == "turn.done"]
             what = (f"{time.monotonic() - started:.1f} s in; first answer: "
                     + (f"{len(done[0]['text'])} characters, {done[0]['finish_reason']}" if done else "unfinished"))
+            began = audio_start_s(so_far, timeline)
+            what += f"; its audio began {began} s into the microphone file, the cut-in at {timeline.speech[1][0]} s"
             if cut is None:
-                raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})")
+                raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})", began)
             if timeline.cut_while_running and done:
                 raise AnswerEnded("the first answer was complete on the server before the user cut in: "
-                                  f"nothing was left for the server to cancel ({what})")
+                                  f"nothing was left for the server to cancel ({what})", began)
             await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
             # turn.done may come before the answer has played (the real gateway does that): let it finish
             await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)

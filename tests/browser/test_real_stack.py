@@ -1,11 +1,12 @@
 """The page in headless Chromium against the real stack: real gateway, vad, llm (the tiny multimodal LiteRT-LM
 model) and tts (Kokoro ONNX), with the fake microphone and camera of the other browser tests.
 
-Timeline (page_driver.REAL): a question at 4 s; the user talks over the answer at 13 s; then types a message.
-The tiny model writes random characters and may end its turn after a few of them (or write nothing speakable);
-when its first answer has no audio, is over before the user cuts in, or is already complete on the server (leaving
-nothing to cancel), there is nothing to barge in on, and the conversation is run again with a new page (at most
-ATTEMPTS times, each attempt and its reason printed).
+Timeline (page_driver.REAL): a question at 4 s; the user talks over the answer about half a second after it begins
+to play; then types a message. The tiny model writes random characters and may end its turn after a few of them
+(or write nothing speakable); when its first answer has no audio, is over before the user cuts in, or is already
+complete on the server (leaving nothing to cancel), there is nothing to barge in on, and the conversation is run
+again with a new page (at most ATTEMPTS times, each attempt and its reason printed). When the answer was early or
+late for the cut-in, the next attempt moves the cut-in to CUT_IN_LEAD_S after where that answer's audio began.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from tests.e2e.conftest import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ATTEMPTS = 12  # each failed attempt costs about 15 s; measured success per attempt: one in three to one in two
+ATTEMPTS = 12  # each failed attempt costs about 15 s
+CUT_IN_LEAD_S = 0.4  # the cut-in starts this long after the answer's audio began (the page confirms speech ~0.2 s on)
 # Up to about 16 s of speech from the tiny model's random characters, still being synthesised when the user cuts
 # in. Top-k 5 (instead of 40): measured on this question, two in three answers then run 65 characters or more,
 # against one in three with top-k 40 (the others end after 0-18 characters).
@@ -52,20 +54,26 @@ class RealConversation:
 @pytest.fixture(scope="module")
 def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[RealConversation]:
     folder = tmp_path_factory.mktemp("real-media")
-    speech = folder / "speech.wav"
-    media_fixtures.speech_timeline(speech, page_driver.REAL.speech, page_driver.REAL.total_s)
     camera = media_fixtures.camera_y4m(folder / "camera.y4m")
     stack = start_stack(tmp_path_factory.mktemp("real-browser-stack"), SOTTO_LLM_MAX_NEW_TOKENS=MAX_NEW_TOKENS,
                         SOTTO_LLM_TOP_K=TOP_K)
+    timeline = page_driver.REAL
     try:
         for attempt in range(1, ATTEMPTS + 1):
             out = artifacts / f"real-stack-{attempt}"
             out.mkdir(exist_ok=True)
+            speech = out / "speech.wav"
+            ends = media_fixtures.speech_timeline(speech, timeline.speech, timeline.total_s)
             try:
                 run = asyncio.run(asyncio.wait_for(page_driver.run_conversation(
-                    stack.http_url + "/", speech, camera, out, page_driver.REAL), timeout=300))
+                    stack.http_url + "/", speech, camera, out, timeline), timeout=300))
             except page_driver.AnswerEnded as exc:
-                print(f"attempt {attempt}: {exc}; a new page")
+                earliest = ends[timeline.speech[0][1]] + 1.0  # after the question and its endpointing
+                if exc.audio_start_s is not None:
+                    timeline = page_driver.with_cut_in(timeline, max(earliest, exc.audio_start_s + CUT_IN_LEAD_S))
+                elif exc.early:
+                    timeline = page_driver.with_cut_in(timeline, timeline.speech[1][0] + 1.0)
+                print(f"attempt {attempt}: {exc}; a new page, cut-in at {timeline.speech[1][0]:.2f} s")
                 continue
             print(f"real-stack browser conversation: {run.seconds:.1f} s, attempt {attempt}, screenshots in {out}")
             yield RealConversation(run, stack, attempt)

@@ -45,12 +45,22 @@ def instruct_model() -> Path:
     return model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
 
 
-def _paired(stack_turn, cpu: dict[str, float], direct_turn) -> dict:
+def _tts_first_chunk_s(stack) -> float:
+    """The tts service's own first-chunk time so far (first complete sentence in -> first chunk out), summed."""
+    return stack.metric("tts", "sotto_tts_first_chunk_seconds_sum", method="SynthesizeStream")
+
+
+def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, direct_turn) -> dict:
     row = {"stack": asdict(stack_turn), "stack_cpu_ms": cpu, "direct": asdict(direct_turn)}
     row["stack"].pop("llm_audio_wav", None)
     if stack_turn.client_stage_ms is not None and direct_turn.first_audio_ms is not None:
         row["overhead_ms"] = round(stack_turn.client_stage_ms - direct_turn.first_audio_ms, 1)
         row["overhead_server_ms"] = round(stack_turn.timings["first_audio_ms"] - direct_turn.first_audio_ms, 1)
+    if direct_turn.tts_first_chunk_ms is not None:
+        # The same first sentence synthesised by the same engine: in the tts service, beside the stack, and
+        # in this process. A difference here is synthesis slowed by what runs beside it, not a hop's cost.
+        row["tts_service_first_chunk_ms"] = round(tts_service_ms, 1)
+        row["tts_synthesis_slowdown_ms"] = round(tts_service_ms - direct_turn.tts_first_chunk_ms, 1)
     if {"gateway", "llm", "tts"} <= cpu.keys():
         # CPU the stack spent beyond the engines' own work: the gateway and the two model services, minus the
         # same engines' CPU in one process. It holds on a busy machine, where wall-clock differences do not.
@@ -71,6 +81,7 @@ def summarize_case(name: str, rows: list[dict]) -> dict:
                          for k in ("first_token", "first_sentence", "tts_first_chunk", "first_audio")},
            "overhead_ms": stats.summary(r["overhead_ms"] for r in ok),
            "overhead_server_ms": stats.summary(r["overhead_server_ms"] for r in ok),
+           "tts_synthesis_slowdown_ms": stats.summary(r.get("tts_synthesis_slowdown_ms") for r in ok),
            "cpu_ms": {name: stats.summary(r["stack_cpu_ms"].get(name) for r in ok)
                       for name in ("gateway", "vad", "llm", "tts")},
            "direct_cpu_ms": stats.summary(r["direct"]["cpu_ms"] for r in ok),
@@ -104,12 +115,13 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
         rows = []
         for _ in range(turns):
             bar.set_description(f"{case.name} stack")
-            before = procs.snapshot(pids)
+            before, tts_before = procs.snapshot(pids), _tts_first_chunk_s(stack)
             turn = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
             cpu = procs.delta(before, procs.snapshot(pids))
+            tts_ms = (_tts_first_chunk_s(stack) - tts_before) * 1000
             bar.set_description(f"{case.name} direct")
             if turn.outcome in ("stop", "length", "degraded") and turn.client_stage_ms is not None:
-                rows.append(_paired(turn, cpu, direct.first_audio(_direct_inputs(direct, case, turn))))
+                rows.append(_paired(turn, cpu, tts_ms, direct.first_audio(_direct_inputs(direct, case, turn))))
             else:
                 rows.append({"stack": {**asdict(turn), "llm_audio_wav": None}, "direct": None})
             bar.update(1)
