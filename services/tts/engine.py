@@ -285,7 +285,7 @@ class KokoroOnnx(_KokoroBase):
     name = "kokoro-onnx"
 
     def __init__(self, model_path: str | Path, voices_path: str | Path, threads: int | None = None,
-                 **options) -> None:
+                 spin: bool = True, **options) -> None:
         import onnxruntime as ort
         from kokoro_onnx import Kokoro
 
@@ -294,6 +294,10 @@ class KokoroOnnx(_KokoroBase):
         # Every sentence has its own input length; ORT would cache a memory pattern for each one, so memory
         # would creep up with the variety of sentences spoken (seen as +90 MB over a 20-minute soak).
         session_options.enable_mem_pattern = False
+        # Busy-waiting threads (ONNX Runtime's default) are faster, but on a few cores shared with the other
+        # services every thread that wakes preempts one of them while its partner spins at the step's barrier.
+        # Measured with the whole stack: spinning still gives the lower time to first audio (docs/performance.md).
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         session = ort.InferenceSession(str(model_path), sess_options=session_options,
                                        providers=["CPUExecutionProvider"])
         self._session = _AbortableSession(session)
@@ -369,12 +373,12 @@ class KokoroMlx(_KokoroBase):
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
-def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65,
+def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65, spin: bool = True,
                   **options) -> _KokoroBase:
     """Build the configured backend ('onnx', 'mlx'; None or 'auto' picks the platform default)."""
     backend = default_backend() if backend in (None, "auto") else backend
     if backend == "onnx":
-        return KokoroOnnx.from_folder(folder, **options)
+        return KokoroOnnx.from_folder(folder, spin=spin, **options)
     if backend == "mlx":
         return KokoroMlx(folder, memory_fraction=memory_fraction, **options)
     raise ValueError(f"unknown TTS backend {backend!r}; use 'onnx' or 'mlx'")

@@ -52,7 +52,8 @@ class DirectPath:
         self.llm.warmup()
         self.llm_threads = llm_cfg.threads or None
         self.tts = create_engine("onnx", tts_cfg_folder(env), default_language=tts_cfg.language,
-                                 max_chars=tts_cfg.max_text_chars, chunk_samples=tts_cfg.chunk_samples)
+                                 max_chars=tts_cfg.max_text_chars, chunk_samples=tts_cfg.chunk_samples,
+                                 max_phonemes=tts_cfg.max_phonemes_per_run, spin=tts_cfg.spin)
         self.tts.warmup()
         self.voice = tts_cfg.voice if tts_cfg.voice in self.tts.voices() else self.tts.default_voice
         self.speed = tts_cfg.speed
