@@ -252,12 +252,13 @@ def _espeak_tokenizer(vocab: dict[str, int] | None = None):
 
 
 class _AbortableSession:
-    """An onnxruntime session whose run in progress can be aborted from another thread."""
+    """An onnxruntime session whose runs end at their next step once the current request's `cancel` is set.
+
+    kokoro-onnx calls `run` itself, so the request's event is handed over as an attribute before each create."""
 
     def __init__(self, session) -> None:
         self._session = session
-        self._options = None
-        self.cancel: CancelEvent = _NEVER  # the request the next run belongs to
+        self.cancel: CancelEvent = _NEVER
 
     def __getattr__(self, name):
         return getattr(self._session, name)
@@ -265,18 +266,9 @@ class _AbortableSession:
     def run(self, output_names, input_feed, run_options=None):
         import onnxruntime as ort
 
-        self._options = options = ort.RunOptions()
-        if self.cancel.is_set():  # set before this run could be aborted: end it at its first step
-            options.terminate = True
-        try:
+        options = ort.RunOptions()
+        with self.cancel.calling(lambda: setattr(options, "terminate", True)):
             return self._session.run(output_names, input_feed, options)
-        finally:
-            self._options = None
-
-    def abort(self) -> None:
-        options = self._options
-        if options is not None:
-            options.terminate = True
 
 
 class KokoroOnnx(_KokoroBase):
@@ -285,7 +277,7 @@ class KokoroOnnx(_KokoroBase):
     name = "kokoro-onnx"
 
     def __init__(self, model_path: str | Path, voices_path: str | Path, threads: int | None = None,
-                 spin: bool = True, **options) -> None:
+                 **options) -> None:
         import onnxruntime as ort
         from kokoro_onnx import Kokoro
 
@@ -294,10 +286,6 @@ class KokoroOnnx(_KokoroBase):
         # Every sentence has its own input length; ORT would cache a memory pattern for each one, so memory
         # would creep up with the variety of sentences spoken (seen as +90 MB over a 20-minute soak).
         session_options.enable_mem_pattern = False
-        # Busy-waiting threads (ONNX Runtime's default) are faster, but on a few cores shared with the other
-        # services every thread that wakes preempts one of them while its partner spins at the step's barrier.
-        # Measured with the whole stack: spinning still gives the lower time to first audio (docs/performance.md).
-        session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         session = ort.InferenceSession(str(model_path), sess_options=session_options,
                                        providers=["CPUExecutionProvider"])
         self._session = _AbortableSession(session)
@@ -316,8 +304,7 @@ class KokoroOnnx(_KokoroBase):
     def _render(self, phonemes: str, voice: str, speed: float, cancel: CancelEvent) -> np.ndarray:
         self._session.cancel = cancel
         try:
-            with cancel.calling(self._session.abort):
-                audio, _ = self._kokoro.create(phonemes, voice, speed, is_phonemes=True, trim=True)
+            audio, _ = self._kokoro.create(phonemes, voice, speed, is_phonemes=True, trim=True)
         except Exception:
             if cancel.is_set():  # the run was aborted on purpose
                 return np.zeros(0, np.float32)
@@ -373,12 +360,12 @@ class KokoroMlx(_KokoroBase):
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
-def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65, spin: bool = True,
+def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65,
                   **options) -> _KokoroBase:
     """Build the configured backend ('onnx', 'mlx'; None or 'auto' picks the platform default)."""
     backend = default_backend() if backend in (None, "auto") else backend
     if backend == "onnx":
-        return KokoroOnnx.from_folder(folder, spin=spin, **options)
+        return KokoroOnnx.from_folder(folder, **options)
     if backend == "mlx":
         return KokoroMlx(folder, memory_fraction=memory_fraction, **options)
     raise ValueError(f"unknown TTS backend {backend!r}; use 'onnx' or 'mlx'")
