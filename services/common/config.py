@@ -179,9 +179,6 @@ class TtsConfig:
                                         "Longest model run (phonemes, ~10 s of speech); longer sentences are split "
                                         "at word boundaries. Warm-up renders one run this long, so memory is "
                                         "sized at start and stays flat.", lo=32, hi=510)
-    spin: bool = setting("SOTTO_TTS_SPIN", True,
-                         "ONNX engine: ONNX Runtime's threads busy-wait between steps. Off, synthesis suffers less "
-                         "from other work on the same cores but is slower overall (docs/performance.md).")
 
 
 @dataclass(frozen=True)

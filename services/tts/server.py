@@ -186,7 +186,7 @@ def load_engine(cfg: config.TtsConfig, common: config.CommonConfig):
     folder = models.model_folder(backend, cfg.model, common)
     engine = create_engine(backend, folder, memory_fraction=common.memory_budget,
                            default_language=cfg.language, max_chars=cfg.max_text_chars,
-                           chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run, spin=cfg.spin)
+                           chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run)
     if cfg.voice in engine.voices():
         engine.default_voice = cfg.voice
     else:
