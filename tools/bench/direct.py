@@ -15,12 +15,12 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from services.common import config
-from services.llm.engine import EngineConfig, Finished, LlmEngine, TextDelta
-from services.llm.server import SamplingDefaults, to_engine_request
-from services.tts import models as tts_models
-from services.tts.engine import create_engine
+from services.llm.engine import Finished, LlmEngine, TextDelta
+from services.llm.server import SamplingDefaults, engine_config, to_engine_request
+from services.tts.server import load_engine
 from sotto.v1 import llm_pb2
 
 @dataclass
@@ -37,25 +37,19 @@ class DirectTurn:
 
 
 class DirectPath:
-    """One LlmEngine and one TTS engine built from the stack's own settings (threads, sampling, voice)."""
+    """One LlmEngine and one TTS engine built from the stack's own settings by the services' own constructors
+    (`engine_config`, `load_engine`), so the two paths cannot drift apart (threads, limits, phoneme runs, voice)."""
 
     def __init__(self, env: dict[str, str], model_path: str) -> None:
+        common = config.load(config.CommonConfig, env)
         llm_cfg = config.load(config.LlmConfig, env)
         tts_cfg = config.load(config.TtsConfig, env)
-        gw_cfg = config.load(config.GatewayConfig, env)
-        self.system_prompt = gw_cfg.system_prompt
+        self.system_prompt = config.load(config.GatewayConfig, env).system_prompt
         self.defaults = SamplingDefaults(llm_cfg.temperature, llm_cfg.top_p, llm_cfg.top_k, llm_cfg.max_new_tokens)
-        self.llm = LlmEngine(EngineConfig(model_path=model_path, backend="cpu", vision_backend="cpu",
-                                          cpu_threads=llm_cfg.threads or None,
-                                          context_tokens=llm_cfg.context_tokens,
-                                          time_limit_s=llm_cfg.max_inference_s))
+        self.llm = LlmEngine(engine_config(llm_cfg, common, Path(model_path)))
         self.llm.warmup()
-        self.llm_threads = llm_cfg.threads or None
-        self.tts = create_engine("onnx", tts_cfg_folder(env), default_language=tts_cfg.language,
-                                 max_chars=tts_cfg.max_text_chars, chunk_samples=tts_cfg.chunk_samples,
-                                 max_phonemes=tts_cfg.max_phonemes_per_run, spin=tts_cfg.spin)
-        self.tts.warmup()
-        self.voice = tts_cfg.voice if tts_cfg.voice in self.tts.voices() else self.tts.default_voice
+        self.tts, _, _ = load_engine(tts_cfg, common)  # warmed up, default voice set as in the service
+        self.voice = self.tts.default_voice
         self.speed = tts_cfg.speed
 
     def request(self, text: str = "", audio_wav: bytes = b"", jpegs: tuple[bytes, ...] = ()):
@@ -112,8 +106,3 @@ class DirectPath:
     def close(self) -> None:
         self.llm.close()
 
-
-def tts_cfg_folder(env: dict[str, str]):
-    """The folder the tts service loads its ONNX model from, resolved the same way."""
-    common = config.load(config.CommonConfig, env)
-    return tts_models.model_folder("onnx", config.load(config.TtsConfig, env).model, common)
