@@ -234,13 +234,12 @@ class Session:
                 self._turn_id(), "speech", "", audio.wav_bytes(pcm, 16000), len(pcm) / 32.0,
                 [f.jpeg for f in keyframes], [f.ts_ms for f in keyframes], received, endpoint_ms))
 
-    async def _on_vad_failure(self, exc: grpc.aio.AioRpcError) -> None:
+    async def _on_vad_failure(self, reason: str) -> None:
         if self.speech_start is not None:
-            self.error("unavailable", f"the vad service failed mid-utterance ({exc.code().name}); "
-                                      "the utterance was dropped")
+            self.error("unavailable", f"the vad service failed mid-utterance ({reason}); the utterance was dropped")
         elif not self._vad_failure_told:
             # Audio goes on arriving, and each frame retries the stream: say it once, not per frame.
-            self.error("unavailable", f"the vad service is unavailable ({exc.code().name}): speech is not heard "
+            self.error("unavailable", f"the vad service is unavailable ({reason}): speech is not heard "
                                       "until it is back; typed messages still work")
         self._vad_failure_told = True
         self.speech_start = None
@@ -268,7 +267,8 @@ class Session:
         v = self.cfg.vad
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
                                        min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
-        self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure)
+        self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure,
+                           self.gw.request_timeout_ms / 1000.0)
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,

@@ -27,7 +27,7 @@ _WINDOW = {16000: 512, 8000: 256}
 class VadLink:
     def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
-                 on_failure: Callable[[grpc.aio.AioRpcError], Awaitable[None]]) -> None:
+                 on_failure: Callable[[str], Awaitable[None]], max_backlog_s: float) -> None:
         self.stub = stub
         self.settings = settings
         self.rate = sample_rate
@@ -42,6 +42,12 @@ class VadLink:
         self._held: list[bytes] = []  # frames not yet sent: together they complete no window
         self._held_ts = 0.0
         self._samples = 0             # samples given to this stream, sent or held
+        # Audio waiting for a vad that is not there yet (restarting) or not reading (hung): beyond this much the
+        # stream is given up and reported, and the next frame opens a new one. Audio arrives in real time, so this
+        # bounds both the wait and the audio a session holds.
+        self._max_backlog_s = max_backlog_s
+        self._max_backlog = max(1, int(max_backlog_s * sample_rate / self._window))
+        self._gave_up: grpc.aio.StreamStreamCall | None = None
 
     @property
     def open(self) -> bool:
@@ -62,13 +68,20 @@ class VadLink:
                                                   sequence=self._seq, capture_ts_ms=int(self._held_ts)))
         self._held.clear()
         self._seq += 1
+        if self._queue.qsize() > self._max_backlog:
+            _LOGGER.warning("vad_backlog_dropped", extra={"chunks": self._queue.qsize()})
+            self._gave_up = self._call
+            assert self._call is not None
+            self._call.cancel()
 
     def _open(self, tape_start: int) -> None:
         self._queue = asyncio.Queue()
         self._origin, self._seq, self._samples = tape_start, 0, 0
         self._held.clear()
+        # wait_for_ready: a stream opened while the channel reconnects (the vad just restarted) waits for it
+        # instead of failing at once and taking the frames queued on it, unheard and unreported.
         self._call = self.stub.StreamAudio(self._requests(self._queue), timeout=SESSION_DEADLINE_S,
-                                           metadata=logs.grpc_metadata())
+                                           metadata=logs.grpc_metadata(), wait_for_ready=True)
         self._reader = asyncio.create_task(self._read(self._call, self._origin), name="vad::read")
 
     async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
@@ -83,7 +96,13 @@ class VadLink:
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 _LOGGER.warning("vad_stream_failed", extra={"code": exc.code().name, "details": exc.details()})
-                await self.on_failure(exc)
+                await self.on_failure(exc.code().name)
+        except asyncio.CancelledError:
+            # grpc.aio raises CancelledError from a call cancelled here; the task itself being cancelled is not ours
+            task = asyncio.current_task()
+            if call is not self._gave_up or (task is not None and task.cancelling()):
+                raise
+            await self.on_failure(f"it took no audio for {self._max_backlog_s:g} s")
 
     async def reset(self) -> None:
         """Drop the stream (and the service's state for it); the next audio opens a fresh one."""

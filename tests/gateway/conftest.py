@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+import grpc
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestServer
@@ -27,6 +28,7 @@ class Stack:
     llm: FakeLlm
     tts: FakeTts
     settings: config.Settings
+    vad_server: grpc.aio.Server
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
-        yield Stack(f"http://127.0.0.1:{server.port}", vad, llm, tts, settings)
+        yield Stack(f"http://127.0.0.1:{server.port}", vad, llm, tts, settings, servers[0][0])
     finally:
         await server.close()
         for grpc_server, _ in servers:

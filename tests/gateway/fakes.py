@@ -129,12 +129,12 @@ def _sentence_end(text: str, start: int) -> int | None:
     return None
 
 
-async def start_fake(servicer: object, add, name: str) -> tuple[grpc.aio.Server, str]:
+async def start_fake(servicer: object, add, name: str, address: str = "127.0.0.1:0") -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server()
     add(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = server.add_insecure_port(address)
     await server.start()
     return server, f"127.0.0.1:{port}"

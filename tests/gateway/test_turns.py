@@ -11,7 +11,9 @@ from PIL import Image
 
 from services.common.audio import read_wav
 from services.gateway.protocol import HEADER, FrameKind, pack_frame
+from sotto.v1 import vad_pb2_grpc
 from tests.gateway.conftest import silence, speech
+from tests.gateway.fakes import FakeVad, start_fake
 
 
 def jpeg(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> bytes:
@@ -160,6 +162,37 @@ async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stac
     assert started and done["interrupted"] and done["finish_reason"] == "interrupted"
     assert not [t for t, _ in client.frames if t > heard_at + 0.1]
     assert stack.tts.cancelled == 1
+
+
+async def test_speech_right_after_a_vad_restart_is_heard(stack, connect) -> None:
+    """The vad is gone when the user starts talking and back a moment later: the utterance waits for it (the
+    channel reconnecting) instead of vanishing into streams that fail at once."""
+    client = await connect()
+    await client.send_audio(silence(0.1))
+    address = stack.settings.gateway.vad_addr
+    await stack.vad_server.stop(0)
+    await client.send_audio(np.concatenate([speech(0.5), silence(0.6)]))
+    await asyncio.sleep(0.5)
+    restarted, _ = await start_fake(FakeVad(), vad_pb2_grpc.add_VadServiceServicer_to_server, "sotto.v1.VadService",
+                                    address)
+    try:
+        done = await client.wait_for("turn.done", timeout=10)
+        assert done["finish_reason"] == "stop"
+        assert [e for e in client.events if e["type"] == "speech.started"]
+    finally:
+        await restarted.stop(0)
+
+
+async def test_speech_to_a_vad_that_stays_gone_gets_one_clear_error(stack, connect) -> None:
+    """No vad to connect to: the audio waits one request timeout's worth for it, then the user is told."""
+    client = await connect()
+    await client.send_audio(silence(0.1))
+    await stack.vad_server.stop(0)
+    await client.send_audio(np.concatenate([speech(1.0), silence(1.5)]))
+    err = await client.wait_for("error", timeout=10)
+    assert err["code"] == "unavailable" and "took no audio for 2 s" in err["message"], err
+    await client.send(type="text", text="Typed still works")
+    assert (await client.wait_for("turn.done"))["finish_reason"] == "stop"
 
 
 async def test_speech_while_the_vad_service_is_down_gets_one_clear_error(stack, connect) -> None:
