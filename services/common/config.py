@@ -193,6 +193,12 @@ class GatewayConfig:
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
     jitter_ms: int = setting("SOTTO_JITTER_BUFFER_MS", 500, "Longest wait to re-order audio frames.", lo=0, hi=5000)
+    vad_batch_ms: int = setting(
+        "SOTTO_GATEWAY_VAD_BATCH_MS", 160,
+        "While a turn waits for its first audio, microphone audio goes to the vad in messages of about this many "
+        "ms (0: one 32 ms window each), so the live microphone wakes the gateway and vad less while the first "
+        "sentence is synthesised; speech in that time is detected up to this much later, none is lost.",
+        lo=0, hi=1000)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

@@ -198,6 +198,12 @@ class Session:
         assert self.vad is not None
         self.vad.send(pcm, ts_ms, start)
 
+    def _awaiting_first_audio(self) -> bool:
+        """A turn is thinking (llm, first sentence's synthesis) and nobody is speaking: the CPU matters more than
+        how soon new speech is noticed, since there is no answer playing to interrupt yet."""
+        return (self.speech_start is None and self.turn is not None and self.turn_task is not None
+                and not self.turn_task.done() and self.turn.samples_sent == 0)
+
     def _flush_utterance(self) -> None:
         """The client's VAD heard the end: feed the silence the server VAD needs to decide the end now."""
         if self.vad is None or not self.vad.open:
@@ -268,7 +274,7 @@ class Session:
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
                                        min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
         self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure,
-                           self.gw.request_timeout_ms / 1000.0)
+                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self._awaiting_first_audio)
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,

@@ -27,7 +27,8 @@ _WINDOW = {16000: 512, 8000: 256}
 class VadLink:
     def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
-                 on_failure: Callable[[str], Awaitable[None]], max_backlog_s: float) -> None:
+                 on_failure: Callable[[str], Awaitable[None]], max_backlog_s: float,
+                 batch_ms: int, batching: Callable[[], bool]) -> None:
         self.stub = stub
         self.settings = settings
         self.rate = sample_rate
@@ -42,6 +43,10 @@ class VadLink:
         self._held: list[bytes] = []  # frames not yet sent: together they complete no window
         self._held_ts = 0.0
         self._samples = 0             # samples given to this stream, sent or held
+        self._sent_windows = 0        # complete windows among the samples sent
+        # While `batching()` holds, audio is sent once this many windows are complete instead of at each one.
+        self._batch_windows = max(1, round(batch_ms * sample_rate / 1000 / self._window))
+        self._batching = batching
         # Audio waiting for a vad that is not there yet (restarting) or not reading (hung): beyond this much the
         # stream is given up and reported, and the next frame opens a new one. Audio arrives in real time, so this
         # bounds both the wait and the audio a session holds.
@@ -60,10 +65,11 @@ class VadLink:
         if not self._held:
             self._held_ts = capture_ts_ms
         self._held.append(pcm)
-        windows = self._samples // self._window
         self._samples += len(pcm) // 2
-        if self._samples // self._window == windows:
+        windows = self._samples // self._window
+        if windows - self._sent_windows < (self._batch_windows if self._batching() else 1):
             return
+        self._sent_windows = windows
         self._queue.put_nowait(vad_pb2.AudioChunk(pcm16=b"".join(self._held), sample_rate=self.rate,
                                                   sequence=self._seq, capture_ts_ms=int(self._held_ts)))
         self._held.clear()
@@ -76,7 +82,7 @@ class VadLink:
 
     def _open(self, tape_start: int) -> None:
         self._queue = asyncio.Queue()
-        self._origin, self._seq, self._samples = tape_start, 0, 0
+        self._origin, self._seq, self._samples, self._sent_windows = tape_start, 0, 0, 0
         self._held.clear()
         # wait_for_ready: a stream opened while the channel reconnects (the vad just restarted) waits for it
         # instead of failing at once and taking the frames queued on it, unheard and unreported.

@@ -24,6 +24,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.silence = silence_ms * 16
         self.streams = 0
         self.fail_with: grpc.StatusCode | None = None
+        self.chunk_samples: list[int] = []  # the size of each audio message received, in order
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
@@ -35,6 +36,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
             if not req.HasField("audio"):
                 continue
             pcm = np.frombuffer(req.audio.pcm16, dtype="<i2")
+            self.chunk_samples.append(len(pcm))
             if first_ts is None:
                 first_ts = req.audio.capture_ts_ms - pos / 16
             for i in np.flatnonzero(np.abs(pcm) > 1000)[:1]:

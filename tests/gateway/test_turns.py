@@ -164,6 +164,36 @@ async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stac
     assert stack.tts.cancelled == 1
 
 
+async def test_while_a_turn_thinks_the_microphone_reaches_the_vad_in_fewer_messages(stack, connect) -> None:
+    """Before the first audio, 1 s of microphone goes to the vad in SOTTO_GATEWAY_VAD_BATCH_MS (160 ms) pieces,
+    not 31 windows; none of it is lost, and speech in that time still starts an utterance."""
+    stack.llm.first_delay_s = 3.0
+    client = await connect()
+    await client.send_audio(np.concatenate([speech(0.5), silence(0.6)]))
+    await client.wait_for("turn.started")
+    before = len(stack.vad.chunk_samples)
+    await client.send_audio(silence(1.0))
+    await asyncio.sleep(0.3)
+    thinking = stack.vad.chunk_samples[before:]
+    assert len(thinking) <= 7 and all(n >= 5 * 512 for n in thinking), thinking
+    assert sum(thinking) >= 16000 - 5 * 512, "audio held back beyond one batch"
+    await client.send_audio(speech(0.5))
+    await client.wait_for("speech.started", count=2, timeout=2)
+
+
+async def test_once_the_answer_plays_the_vad_gets_every_window_again(stack, connect) -> None:
+    """Speech over a playing answer must be heard at once (barge-in), so no batching then."""
+    stack.tts.chunk_delay_s = 0.5
+    client = await connect()
+    await client.send(type="text", text="Talk to me")
+    await client.wait_for("audio.start")
+    before = len(stack.vad.chunk_samples)
+    await client.send_audio(silence(1.0))
+    await asyncio.sleep(0.3)
+    assert not [e for e in client.events if e["type"] == "turn.done"], "the answer ended before the check"
+    assert len(stack.vad.chunk_samples[before:]) >= 25
+
+
 async def test_speech_right_after_a_vad_restart_is_heard(stack, connect) -> None:
     """The vad is gone when the user starts talking and back a moment later: the utterance waits for it (the
     channel reconnecting) instead of vanishing into streams that fail at once."""
