@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the stack, run every case, the load levels and the components")
-    run.add_argument("--turns", type=int, default=4, help="recorded turns per case (after one warm-up turn)")
+    run.add_argument("--turns", type=int, default=8, help="recorded turns per case (after one warm-up turn)")
     run.add_argument("--levels", type=_levels, default=(1, 2, 4, 8), help="concurrent sessions, comma list")
     run.add_argument("--load-turns", type=int, default=2, help="turns per session at each load level")
     run.add_argument("--load-bound-s", type=float, default=60.0, help="time bound of each load level")

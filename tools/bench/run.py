@@ -130,7 +130,7 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
     return out
 
 
-def run(turns: int = 4, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
+def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
         out_dir: Path = Path("bench/results"), timeout: float = 60.0, components_on: bool = True,
         spoken_on: bool = True, case_names: tuple[str, ...] = (), quick_components: bool = False) -> dict:
     began = time.monotonic()

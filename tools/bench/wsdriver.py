@@ -68,7 +68,7 @@ class TimedClient(GatewayClient):
         return stamp, item
 
     async def send_paced(self, pcm16: bytes, ts0: float) -> None:
-        """Send 16 kHz PCM16 in 20 ms frames at real-time pace, recording when each frame left."""
+        """Send 16 kHz PCM16 in FRAME_MS frames at real-time pace, recording when each frame left."""
         assert self.ws is not None
         step = 16 * FRAME_MS * 2
         t0 = time.monotonic()
