@@ -51,7 +51,7 @@ class VadLink:
         # stream is given up and reported, and the next frame opens a new one. Audio arrives in real time, so this
         # bounds both the wait and the audio a session holds.
         self._max_backlog_s = max_backlog_s
-        self._max_backlog = max(1, int(max_backlog_s * sample_rate / self._window))
+        self._backlog = 0  # samples queued for the stream, not yet taken by gRPC
         self._gave_up: grpc.aio.StreamStreamCall | None = None
 
     @property
@@ -70,19 +70,21 @@ class VadLink:
         if windows - self._sent_windows < (self._batch_windows if self._batching() else 1):
             return
         self._sent_windows = windows
-        self._queue.put_nowait(vad_pb2.AudioChunk(pcm16=b"".join(self._held), sample_rate=self.rate,
-                                                  sequence=self._seq, capture_ts_ms=int(self._held_ts)))
+        chunk = vad_pb2.AudioChunk(pcm16=b"".join(self._held), sample_rate=self.rate, sequence=self._seq,
+                                   capture_ts_ms=int(self._held_ts))
+        self._queue.put_nowait(chunk)
+        self._backlog += len(chunk.pcm16) // 2
         self._held.clear()
         self._seq += 1
-        if self._queue.qsize() > self._max_backlog:
-            _LOGGER.warning("vad_backlog_dropped", extra={"chunks": self._queue.qsize()})
+        if self._backlog > self._max_backlog_s * self.rate:
+            _LOGGER.warning("vad_backlog_dropped", extra={"seconds": round(self._backlog / self.rate, 2)})
             self._gave_up = self._call
             assert self._call is not None
             self._call.cancel()
 
     def _open(self, tape_start: int) -> None:
         self._queue = asyncio.Queue()
-        self._origin, self._seq, self._samples, self._sent_windows = tape_start, 0, 0, 0
+        self._origin, self._seq, self._samples, self._sent_windows, self._backlog = tape_start, 0, 0, 0, 0
         self._held.clear()
         # wait_for_ready: a stream opened while the channel reconnects (the vad just restarted) waits for it
         # instead of failing at once and taking the frames queued on it, unheard and unreported.
@@ -93,6 +95,8 @@ class VadLink:
     async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
         yield vad_pb2.VadRequest(settings=self.settings)
         while (chunk := await queue.get()) is not None:
+            if queue is self._queue:
+                self._backlog -= len(chunk.pcm16) // 2
             yield vad_pb2.VadRequest(audio=chunk)
 
     async def _read(self, call: grpc.aio.StreamStreamCall, origin: int) -> None:
