@@ -27,7 +27,7 @@ _WINDOW = {16000: 512, 8000: 256}
 class VadLink:
     def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
-                 on_failure: Callable[[str], Awaitable[None]], max_backlog_s: float,
+                 on_failure: Callable[[str], Awaitable[None]], connect_timeout_s: float,
                  batch_ms: int, batching: Callable[[], bool]) -> None:
         self.stub = stub
         self.settings = settings
@@ -47,12 +47,9 @@ class VadLink:
         # While `batching()` holds, audio is sent once this many windows are complete instead of at each one.
         self._batch_windows = max(1, round(batch_ms * sample_rate / 1000 / self._window))
         self._batching = batching
-        # Audio waiting for a vad that is not there yet (restarting) or not reading (hung): beyond this much the
-        # stream is given up and reported, and the next frame opens a new one. Audio arrives in real time, so this
-        # bounds both the wait and the audio a session holds.
-        self._max_backlog_s = max_backlog_s
-        self._backlog = 0  # samples queued for the stream, not yet taken by gRPC
-        self._gave_up: grpc.aio.StreamStreamCall | None = None
+        # A stream waits this long for a vad that is not there yet (restarting); then it is given up and reported,
+        # and the next frame opens a new one. Audio arrives in real time, so this also bounds the audio it holds.
+        self._connect_timeout_s = connect_timeout_s
 
     @property
     def open(self) -> bool:
@@ -70,17 +67,10 @@ class VadLink:
         if windows - self._sent_windows < (self._batch_windows if self._batching() else 1):
             return
         self._sent_windows = windows
-        chunk = vad_pb2.AudioChunk(pcm16=b"".join(self._held), sample_rate=self.rate, sequence=self._seq,
-                                   capture_ts_ms=int(self._held_ts))
-        self._queue.put_nowait(chunk)
-        self._backlog += len(chunk.pcm16) // 2
+        self._queue.put_nowait(vad_pb2.AudioChunk(pcm16=b"".join(self._held), sample_rate=self.rate,
+                                                  sequence=self._seq, capture_ts_ms=int(self._held_ts)))
         self._held.clear()
         self._seq += 1
-        if self._backlog > self._max_backlog_s * self.rate:
-            _LOGGER.warning("vad_backlog_dropped", extra={"seconds": round(self._backlog / self.rate, 2)})
-            self._gave_up = self._call
-            assert self._call is not None
-            self._call.cancel()
 
     def _open(self, tape_start: int) -> None:
         self._queue = asyncio.Queue()
@@ -95,24 +85,23 @@ class VadLink:
     async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
         yield vad_pb2.VadRequest(settings=self.settings)
         while (chunk := await queue.get()) is not None:
-            if queue is self._queue:
-                self._backlog -= len(chunk.pcm16) // 2
             yield vad_pb2.VadRequest(audio=chunk)
 
     async def _read(self, call: grpc.aio.StreamStreamCall, origin: int) -> None:
         try:
+            try:
+                await asyncio.wait_for(call.wait_for_connection(), self._connect_timeout_s)
+            except asyncio.TimeoutError:
+                _LOGGER.warning("vad_stream_not_connected", extra={"waited_s": self._connect_timeout_s})
+                call.cancel()
+                await self.on_failure(f"not reachable for {self._connect_timeout_s:g} s")
+                return
             async for ev in call:
                 await self.on_event(ev, origin)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 _LOGGER.warning("vad_stream_failed", extra={"code": exc.code().name, "details": exc.details()})
                 await self.on_failure(exc.code().name)
-        except asyncio.CancelledError:
-            # grpc.aio raises CancelledError from a call cancelled here; the task itself being cancelled is not ours
-            task = asyncio.current_task()
-            if call is not self._gave_up or (task is not None and task.cancelling()):
-                raise
-            await self.on_failure(f"it took no audio for {self._max_backlog_s:g} s")
 
     async def reset(self) -> None:
         """Drop the stream (and the service's state for it); the next audio opens a fresh one."""
