@@ -99,8 +99,11 @@ class GatewayClient:
         assert self.ws is not None
         await self.ws.send_str(json.dumps(message))
 
-    async def send_audio(self, pcm16: bytes, ts_ms: float | None = None, realtime: bool = False) -> float:
-        """Send 16 kHz PCM16 in FRAME_MS frames; returns the monotonic time the last frame left."""
+    async def send_audio(self, pcm16: bytes, ts_ms: float | None = None, realtime: bool = False,
+                         sent: list[float] | None = None) -> float:
+        """Send 16 kHz PCM16 in FRAME_MS frames; returns the monotonic time the last frame left.
+
+        `sent`, if given, gets the monotonic time each frame left (a benchmark times from a given frame)."""
         assert self.ws is not None
         step = 16 * FRAME_MS * 2
         ts = time.time() * 1000 if ts_ms is None else ts_ms
@@ -108,6 +111,8 @@ class GatewayClient:
         for i in range(0, len(pcm16), step):
             await self.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, self._audio_seq, ts + i / 32, pcm16[i:i + step]))
             self._audio_seq += 1
+            if sent is not None:
+                sent.append(time.monotonic())
             if realtime:
                 await asyncio.sleep(max(0.0, t0 + (i + step) / 32000 - time.monotonic()))
         return time.monotonic()

@@ -1,7 +1,7 @@
 """Turns through the gateway's `/ws`, timed at the client: each event and frame is stamped on arrival.
 
 `TimedClient` is the protocol client with two additions: every item the reader receives carries its arrival
-time, and paced audio records when each frame left, so a spoken turn's client-side TTFA can start at the
+time, and the audio it sends records when each frame left, so a spoken turn's client-side TTFA can start at the
 frame holding the end of speech the server's VAD found (not at a guess).
 """
 
@@ -17,7 +17,7 @@ import aiohttp
 
 from services.common.audio import wav_bytes
 from services.gateway.client import FRAME_MS, GatewayClient
-from services.gateway.protocol import HEADER, FrameKind, pack_frame
+from services.gateway.protocol import HEADER, FrameKind
 from tools.bench.fixtures import Case
 
 TRAILING_SILENCE_S = 0.8
@@ -67,18 +67,6 @@ class TimedClient(GatewayClient):
             raise ConnectionError("the gateway closed the session")
         return stamp, item
 
-    async def send_paced(self, pcm16: bytes, ts0: float) -> None:
-        """Send 16 kHz PCM16 in FRAME_MS frames at real-time pace, recording when each frame left."""
-        assert self.ws is not None
-        step = 16 * FRAME_MS * 2
-        t0 = time.monotonic()
-        for i in range(0, len(pcm16), step):
-            await self.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, self._audio_seq, ts0 + i / 32,
-                                                pcm16[i:i + step]))
-            self.frame_sent.append(time.monotonic())
-            self._audio_seq += 1
-            await asyncio.sleep(max(0.0, t0 + (i + step) / 32000 - time.monotonic()))
-
 
 async def run_turn(url: str, case: Case, timeout: float = 60.0, preroll_ms: float = 300.0) -> TimedTurn:
     """One turn of `case` on a fresh session (no history, so every turn sends the model the same content)."""
@@ -105,7 +93,8 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
         for jpeg in case.jpegs:
             await client.send_jpeg(jpeg, ts0)
         pcm = case.pcm16 + bytes(int(TRAILING_SILENCE_S * 16000) * 2)
-        sender = asyncio.create_task(client.send_paced(pcm, ts0), name="bench::send_paced")
+        sender = asyncio.create_task(client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent),
+                                     name="bench::send_audio")
         sent_at = None
     started = ended = first_audio = None
     try:
