@@ -2,7 +2,8 @@
 
 The servicer translates a GenerateRequest into the engine's request, admits it (at most
 SOTTO_LLM_MAX_CONCURRENT in flight, FIFO, the next one refused at once as RESOURCE_EXHAUSTED), and
-streams the engine's events back, stepping the blocking engine iterator on one executor thread.
+streams the engine's events back. The blocking engine iterator runs on one engine thread, which hands
+each event to the event loop; text that piles up while a message is being sent goes out as one message.
 A cancelled call (client cancel, deadline) cancels the generation and waits until the engine is
 free before giving up its slot. Domain errors become statuses here and only here.
 """
@@ -131,26 +132,68 @@ def done_event(finished: Finished, queue_wait_s: float) -> llm_pb2.GenerateEvent
     )
 
 
-def _step(generation):
-    return next(generation, None)
-
-
 def _count_tokens(finished: Finished) -> None:
     PREFILL_TOKENS.inc(finished.prefill_tokens)
     DECODE_TOKENS.inc(finished.decode_tokens)
 
 
-def _finish(generation, step: concurrent.futures.Future | None) -> None:
-    """After a cancel: let the in-flight step return, run the generation to its end, count its tokens."""
+_END = object()  # the engine thread's last word: the generation is over (or failed)
+
+
+class _Inbox:
+    """Engine events handed from the engine thread to the event loop.
+
+    The loop takes everything that arrived since its last look in one go, so text decoded while the previous
+    message was still being sent goes out as one message: a fast model (the tiny fixture decodes a token in
+    under a millisecond) no longer pays a thread hop, a gRPC message and the gateway's relay per token.
+    asyncio.Queue has no "take all", hence a deque and an Event.
+    """
+
+    def __init__(self) -> None:
+        self._items: collections.deque = collections.deque()
+        self._ready = asyncio.Event()
+
+    def put(self, item: object) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    async def take_all(self) -> list:
+        await self._ready.wait()
+        self._ready.clear()
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+def _pump(generation, loop: asyncio.AbstractEventLoop, inbox: _Inbox) -> Finished | None:
+    """Run a whole generation on the engine thread, handing each event to the loop as it comes.
+
+    Returns the last event, so a cancelled generation's tokens can still be counted."""
     last = None
-    if step is not None:
-        concurrent.futures.wait([step])
-        if not step.cancelled() and step.exception() is None:
-            last = step.result()
-    for event in generation:
-        last = event
-    if isinstance(last, Finished):
+    try:
+        for last in generation:
+            _deliver(loop, inbox, last)
+    finally:
+        _deliver(loop, inbox, _END)
+    return last if isinstance(last, Finished) else None
+
+
+async def _wind_down(pump: asyncio.Future, count: bool) -> None:
+    """Wait for a cancelled generation's thread to finish; count its tokens unless its reply was counted."""
+    try:
+        last = await pump
+    except Exception:  # noqa: BLE001 - the call is already gone: a late engine error has nobody to go to
+        _LOGGER.exception("cancelled_generation_failed")
+        return
+    if count and last is not None:
         _count_tokens(last)
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, inbox: _Inbox, item: object) -> None:
+    try:
+        loop.call_soon_threadsafe(inbox.put, item)
+    except RuntimeError:
+        pass  # the loop is closed (process stopping): nobody is left to read
 
 
 class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
@@ -226,32 +269,34 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             metrics.RPC_SECONDS.labels("Generate").observe(time.monotonic() - started)
 
     async def _stream(self, generation, queue_wait: float, session_id: str):
-        step = None  # the engine step in flight, if any
+        loop = asyncio.get_running_loop()
+        inbox = _Inbox()
+        pump = loop.run_in_executor(self._executor, _pump, generation, loop, inbox)
         phase = "prefill"  # what a cancel cuts short; None once the reply is complete
         try:
             while True:
-                step = self._executor.submit(_step, generation)
-                event = await asyncio.wrap_future(step)
-                step = None
-                if event is None:
-                    return
-                if isinstance(event, TextDelta):
+                events = await inbox.take_all()
+                text = "".join(event.text for event in events if isinstance(event, TextDelta))
+                if text:
                     phase = "decode"
-                    yield llm_pb2.GenerateEvent(text_delta=event.text)
-                else:
-                    phase = None
-                    self._observe(event)
-                    self._note_degraded(session_id, event)
-                    yield done_event(event, queue_wait)
+                    yield llm_pb2.GenerateEvent(text_delta=text)
+                for event in events:
+                    if isinstance(event, Finished):
+                        phase = None
+                        self._observe(event)
+                        self._note_degraded(session_id, event)
+                        yield done_event(event, queue_wait)
+                if events[-1] is _END:
+                    await pump  # raises what the engine raised
+                    return
         except (asyncio.CancelledError, GeneratorExit):
             # The call is gone (cancelled, deadline, server stopping): stop decoding, and hold the
-            # admission slot until the engine is really free. The drain runs on its own thread, so it
-            # neither waits behind nor depends on the engine executor.
+            # admission slot until the engine thread has wound the generation down.
             cancelled_at = time.monotonic()
             generation.cancel()
             if phase is not None:
                 CANCELLED.labels(phase).inc()
-            drain = asyncio.ensure_future(asyncio.to_thread(_finish, generation, step))
+            drain = asyncio.ensure_future(_wind_down(pump, count=phase is not None))
             drain.add_done_callback(lambda _: CANCEL_SECONDS.observe(time.monotonic() - cancelled_at))
             self._draining.add(drain)
             drain.add_done_callback(self._draining.discard)

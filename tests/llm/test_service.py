@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.llm.admission import Admission
+from services.llm.engine import Finished, FinishReason, TextDelta
 from services.llm.server import LlmServicer, SamplingDefaults
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
 from tests.helpers import eventually, free_port, metric
@@ -181,6 +183,51 @@ async def test_queue_busy_refusals_and_cancels_show_in_the_metrics(stub, admissi
     await eventually(lambda: metric("sotto_llm_active_requests") == 0, 2, "the engine to be free")
     assert metric("sotto_llm_cancelled_total", phase="decode") == decoding + 1
     assert metric("sotto_llm_decode_tokens_total") >= decoded + 2  # the cancelled reply's tokens count too
+
+
+class _BurstEngine:
+    """Stands in for the engine to control timing: one token, then 20 decoded while the service's event loop
+    is busy (as it is while it sends a message), then the end."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def generate(self, request):
+        return _BurstGeneration(self.loop)
+
+
+class _BurstGeneration:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def cancel(self) -> None:
+        pass
+
+    def __iter__(self):
+        yield TextDelta("Hello")
+        busy = threading.Event()
+        self.loop.call_soon_threadsafe(lambda: (busy.set(), time.sleep(0.2)))
+        busy.wait(5)
+        words = [f" w{i}" for i in range(20)]
+        yield from (TextDelta(w) for w in words)
+        yield Finished("Hello" + "".join(words), FinishReason.STOP, 0.01, 3, 21, 100.0, 100.0, 0.05, 24, False)
+
+
+async def test_text_decoded_while_a_message_is_sent_goes_out_as_one_message():
+    servicer = LlmServicer(_BurstEngine(asyncio.get_running_loop()), Admission(), SamplingDefaults())
+    server = grpc.aio.server()
+    llm_pb2_grpc.add_LlmServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            deltas, done = await collect(llm_pb2_grpc.LlmServiceStub(channel).Generate(request(), timeout=10))
+    finally:
+        await server.stop(0)
+        servicer._executor.shutdown(wait=True)
+    assert "".join(deltas) == done.text == "Hello" + "".join(f" w{i}" for i in range(20))
+    assert len(deltas) <= 2  # not one message per token: the 20 that piled up went together
+    assert done.finish_reason == llm_pb2.STOP and done.timings.decode_tokens == 21
 
 
 def test_service_process_serves_health_and_the_cli(tmp_path):
