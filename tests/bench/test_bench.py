@@ -23,6 +23,18 @@ def test_percentiles_and_summary() -> None:
     assert s.keys() == SUMMARY and s["n"] == 3 and s["p50"] == 2.0 and s["max"] == 3.0
 
 
+def test_the_median_interval_widens_with_noise_and_narrows_with_turns() -> None:
+    assert stats.median_ci([5.0]) is None  # one turn says nothing about the spread
+    noisy = [10.0 + 80.0 * ((i * 37) % 11 - 5) / 5 for i in range(40)]   # about +-80 ms around 10 ms
+    calm = [10.0 + 2.0 * ((i * 37) % 11 - 5) / 5 for i in range(40)]    # about +-2 ms
+    lo, hi = stats.median_ci(noisy)
+    assert lo < 10.0 < hi and hi - lo > 20  # a p50 near 10 ms from such turns cannot tell met from missed
+    clo, chi = stats.median_ci(calm)
+    assert clo <= 10.0 <= chi and chi - clo < 3
+    assert stats.median_ci(noisy * 4)[1] - stats.median_ci(noisy * 4)[0] < hi - lo  # more turns, narrower
+    assert stats.median_ci(noisy) == [lo, hi]  # the same turns always give the same interval
+
+
 def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
     a = {"machine": {"cores": 2}, "cases": {"typed": {"summary": {"ttfa_ms": {"n": 3, "p50": 100.0}}}},
          "load": {"levels": [{"level": 1, "busy": 0}]}}
@@ -64,6 +76,8 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     assert r["cases"]["spoken_short_camera"]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
     o = r["overhead"]
     assert {"all_turns_ms", "ratio_p50", "per_case", "cpu_all_turns_ms", "met"} <= o.keys()
+    assert o["outside_synthesis_all_turns_ms"]["n"] == 2  # one spoken, one typed turn
+    assert o["all_turns_p50_ci95_ms"][0] <= o["all_turns_ms"]["p50"] <= o["all_turns_p50_ci95_ms"][1]
     levels = r["load"]["levels"]
     assert [row["level"] for row in levels] == [1, 2] and r["load"]["admission_limit"] == 2
     for row in levels:
