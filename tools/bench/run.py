@@ -2,7 +2,8 @@
 
 Phases, each on an otherwise idle stack:
 1. Spoken cases on the stack with the multimodal model (the tiny Gemma-4-shaped fixture: it takes audio and
-   images), each turn followed by the same request on the direct path (the stack idle meanwhile).
+   images), each turn paired with the same request on the direct path (the stack idle meanwhile); which of
+   the two goes first alternates from pair to pair.
 2. The typed case and the load levels on the stack with the text model (SmolLM2-135M-Instruct, offline kit):
    it answers in real sentences, as the typed path is meant to.
 3. Components, with no stack running.
@@ -93,6 +94,7 @@ def summarize_case(name: str, rows: list[dict]) -> dict:
     out["overhead_met"] = (p50 is not None and p50 <= TARGET_OVERHEAD_MS
                            and out["overhead_ratio_p50"] <= TARGET_OVERHEAD_RATIO)
     out["replies"] = sorted({r["stack"]["reply"][:60] for r in ok})[:3]
+    out["pairs_direct_first"] = sum(r.get("direct_first", False) for r in ok)
     out["same_reply_both_paths"] = all(r["stack"]["reply"] == r["direct"]["reply"] for r in ok)
     return out
 
@@ -111,32 +113,49 @@ def _direct_inputs(direct: DirectPath, case: Case, turn) -> object:
 
 
 def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqdm, timeout: float) -> dict:
-    """Warm-up (one unrecorded turn of each case), then per case `turns` pairs of stack turn + direct turn."""
+    """Warm-up (one unrecorded turn of each case), then per case `turns` pairs of stack turn + direct turn.
+
+    The order within a pair alternates (stack first, then direct first), so whatever one path leaves behind
+    for the next turn (a session closing, caches) does not always fall on the same path. A direct turn that
+    goes first takes the inputs the stack cut from the same fixture on its previous turn; the pair's replies
+    are compared (`same_reply_both_paths`), so a different cut would show."""
     preroll = float(stack.env.get("SOTTO_PREROLL_MS", 300))
     pids = procs.children(stack.proc.pid)
     out = {}
     for case in cases:
         bar.set_description(f"{case.name} warm-up")
-        warm = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
-        if warm.outcome in ("stop", "length", "degraded"):
-            direct.first_audio(_direct_inputs(direct, case, warm))
+        previous = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
+        if not _usable(previous):
+            previous = None
+        else:
+            direct.first_audio(_direct_inputs(direct, case, previous))
         bar.update(1)
         rows = []
-        for _ in range(turns):
+        for i in range(turns):
+            early = None
+            if i % 2 and previous is not None:
+                bar.set_description(f"{case.name} direct")
+                early = direct.first_audio(_direct_inputs(direct, case, previous))
             bar.set_description(f"{case.name} stack")
             before, tts_before = procs.snapshot(pids), _tts_first_chunk_s(stack)
             turn = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
             cpu = procs.delta(before, procs.snapshot(pids))
             tts_ms = (_tts_first_chunk_s(stack) - tts_before) * 1000
-            bar.set_description(f"{case.name} direct")
-            if turn.outcome in ("stop", "length", "degraded") and turn.client_stage_ms is not None:
-                rows.append(_paired(turn, cpu, tts_ms, direct.first_audio(_direct_inputs(direct, case, turn))))
+            if _usable(turn):
+                bar.set_description(f"{case.name} direct")
+                rows.append(_paired(turn, cpu, tts_ms, early or direct.first_audio(_direct_inputs(direct, case, turn))))
+                rows[-1]["direct_first"] = early is not None
+                previous = turn
             else:
                 rows.append({"stack": {**asdict(turn), "llm_audio_wav": None}, "direct": None})
             bar.update(1)
         out[case.name] = {"rows": rows, "summary": summarize_case(case.name, rows),
                           "load_average": stats.load_average()}
     return out
+
+
+def _usable(turn) -> bool:
+    return turn.outcome in ("stop", "length", "degraded") and turn.client_stage_ms is not None
 
 
 def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
