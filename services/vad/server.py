@@ -175,7 +175,7 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
     logs.setup("vad", common.log_level)
-    defaults = config.exit_on_error(lambda: _defaults(cfg))
+    defaults = config.exit_on_error(lambda: default_settings(cfg))
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad-infer")
     servicer = VadServicer(defaults, cfg.max_streams, executor)
 
@@ -193,7 +193,7 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     return spec, common
 
 
-def _defaults(cfg: config.VadConfig) -> VadSettings:
+def default_settings(cfg: config.VadConfig) -> VadSettings:
     try:
         return VadSettings(threshold=cfg.threshold, min_speech_ms=cfg.min_speech_ms,
                            min_silence_ms=cfg.min_silence_ms, speech_pad_ms=cfg.speech_pad_ms)

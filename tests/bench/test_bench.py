@@ -9,6 +9,7 @@ import pytest
 
 from tools.bench import stats
 from tools.bench.__main__ import main
+from tools.bench.wsdriver import TRAILING_SILENCE_S
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -74,6 +75,9 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
         assert case["load_average"]
     assert r["cases"]["spoken_short_camera"]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
+    # the direct path's VAD heard the microphone tail the stack's did: the trailing silence after the endpoint
+    [spoken] = r["cases"]["spoken_short_camera"]["rows"]
+    assert 0 < spoken["direct"]["mic_tail_ms"] < TRAILING_SILENCE_S * 1000 and spoken["direct"]["vad_cpu_ms"] > 0
     o = r["overhead"]
     assert {"all_turns_ms", "ratio_p50", "per_case", "cpu_all_turns_ms", "met"} <= o.keys()
     assert o["outside_synthesis_all_turns_ms"]["n"] == 2  # one spoken, one typed turn

@@ -7,6 +7,12 @@ service's SynthesizeStream does) the moment the splitter completes it, so the TT
 the LLM still decodes the rest, competing for the same cores exactly as the two services do. What remains between
 the two paths is the gateway, gRPC and serialisation. The CPU time of this process over the whole turn is counted,
 to compare with the stack's processes.
+
+The microphone stays live after the end of speech: in a spoken turn the client goes on sending audio while the
+reply is being prepared, and any design, one process or many, must run the VAD on it (the user may speak again).
+So the direct path feeds the same VAD engine the same tail of audio on the same real-time schedule (in pieces of
+SOTTO_GATEWAY_VAD_BATCH_MS until the first audio, as the gateway does), and only the hops that audio takes in the
+stack (WebSocket, gateway, gRPC to the vad process) remain in the difference.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.common import config
+from services.gateway.client import FRAME_MS
 from services.llm.engine import Finished, LlmEngine, TextDelta
 from services.llm.server import SamplingDefaults, engine_config, to_engine_request
 from services.tts.server import load_engine
+from services.vad.server import default_settings, load_model
 from sotto.v1 import llm_pb2
 
 @dataclass
@@ -34,6 +42,8 @@ class DirectTurn:
     decode_tokens_per_s: float = 0.0
     prefill_tokens: int = 0
     cpu_ms: float = 0.0                      # CPU of this process (all threads): the LLM and the whole reply spoken
+    mic_tail_ms: float = 0.0                 # audio the VAD was fed after the turn started, as the stack's was
+    vad_cpu_ms: float = 0.0                  # of cpu_ms, the VAD's (the stack's vad process is counted apart)
 
 
 class DirectPath:
@@ -51,6 +61,10 @@ class DirectPath:
         self.tts, _, _ = load_engine(tts_cfg, common)  # warmed up, default voice set as in the service
         self.voice = self.tts.default_voice
         self.speed = tts_cfg.speed
+        vad_cfg = config.load(config.VadConfig, env)
+        self.vad, self.vad_settings = load_model(vad_cfg.model), default_settings(vad_cfg)
+        gateway = config.load(config.GatewayConfig, env)
+        self.vad_batch_frames = max(1, round(gateway.vad_batch_ms / FRAME_MS))
 
     def request(self, text: str = "", audio_wav: bytes = b"", jpegs: tuple[bytes, ...] = ()):
         """The engine request the LLM service would build from the gateway's protobuf request."""
@@ -60,8 +74,9 @@ class DirectPath:
                                      images=[llm_pb2.Image(data=j, mime_type="image/jpeg") for j in jpegs]))
         return to_engine_request(proto, self.defaults)
 
-    def first_audio(self, request) -> DirectTurn:
-        out = DirectTurn()
+    def first_audio(self, request, mic_tail_ms: float = 0.0) -> DirectTurn:
+        """`mic_tail_ms`: how much microphone audio the stack's client sent after the turn had started."""
+        out = DirectTurn(mic_tail_ms=mic_tail_ms)
         splitter = self.tts.splitter()
         sentences: queue.Queue = queue.Queue()
         first_chunk: list[float] = []
@@ -81,8 +96,25 @@ class DirectPath:
                     out.first_sentence_ms = ms()
                 sentences.put(sentence)
 
+        def listen() -> None:
+            cpu = time.thread_time()
+            frame = bytes(2 * 16 * FRAME_MS)  # the tail is the trailing silence the client sends
+            held = 0
+            with self.vad.open_stream(16000, self.vad_settings) as stream:
+                for i in range(int(mic_tail_ms // FRAME_MS)):
+                    time.sleep(max(0.0, started + (i + 1) * FRAME_MS / 1000 - time.perf_counter()))
+                    held += 1
+                    if held >= (1 if first_chunk else self.vad_batch_frames):
+                        stream.push(frame * held)
+                        held = 0
+                if held:
+                    stream.push(frame * held)
+            out.vad_cpu_ms = round((time.thread_time() - cpu) * 1000, 1)
+
         speaker = threading.Thread(target=speak, name="direct-tts")
+        listener = threading.Thread(target=listen, name="direct-mic")
         speaker.start()
+        listener.start()
         try:
             for event in self.llm.generate(request):
                 if isinstance(event, TextDelta):
@@ -97,6 +129,7 @@ class DirectPath:
         finally:
             sentences.put(None)
             speaker.join()
+            listener.join()
         out.cpu_ms = round((time.process_time() - cpu0) * 1000, 1)
         if first_chunk and out.first_sentence_ms is not None:
             out.first_audio_ms = first_chunk[0]

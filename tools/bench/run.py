@@ -65,7 +65,8 @@ def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, direct_tur
     if {"gateway", "llm", "tts"} <= cpu.keys():
         # CPU the stack spent beyond the engines' own work: the gateway and the two model services, minus the
         # same engines' CPU in one process. It holds on a busy machine, where wall-clock differences do not.
-        row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] + cpu["tts"] - direct_turn.cpu_ms, 1)
+        row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] + cpu["tts"]
+                                       - (direct_turn.cpu_ms - direct_turn.vad_cpu_ms), 1)
     return row
 
 
@@ -106,10 +107,12 @@ def _outside_synthesis(row: dict) -> float | None:
     return None if slowdown is None else round(row["overhead_ms"] - slowdown, 1)
 
 
-def _direct_inputs(direct: DirectPath, case: Case, turn) -> object:
+def _direct_turn(direct: DirectPath, case: Case, turn):
+    """The stack turn's request on the direct path, with the microphone tail the stack's VAD heard."""
     if case.source == "text":
-        return direct.request(text=case.text)
-    return direct.request(audio_wav=turn.llm_audio_wav, jpegs=case.jpegs[:turn.images])
+        return direct.first_audio(direct.request(text=case.text))
+    return direct.first_audio(direct.request(audio_wav=turn.llm_audio_wav, jpegs=case.jpegs[:turn.images]),
+                              turn.mic_tail_ms)
 
 
 def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqdm, timeout: float) -> dict:
@@ -128,14 +131,14 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
         if not _usable(previous):
             previous = None
         else:
-            direct.first_audio(_direct_inputs(direct, case, previous))
+            _direct_turn(direct, case, previous)
         bar.update(1)
         rows = []
         for i in range(turns):
             early = None
             if i % 2 and previous is not None:
                 bar.set_description(f"{case.name} direct")
-                early = direct.first_audio(_direct_inputs(direct, case, previous))
+                early = _direct_turn(direct, case, previous)
             bar.set_description(f"{case.name} stack")
             before, tts_before = procs.snapshot(pids), _tts_first_chunk_s(stack)
             turn = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
@@ -143,7 +146,7 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
             tts_ms = (_tts_first_chunk_s(stack) - tts_before) * 1000
             if _usable(turn):
                 bar.set_description(f"{case.name} direct")
-                rows.append(_paired(turn, cpu, tts_ms, early or direct.first_audio(_direct_inputs(direct, case, turn))))
+                rows.append(_paired(turn, cpu, tts_ms, early or _direct_turn(direct, case, turn)))
                 rows[-1]["direct_first"] = early is not None
                 previous = turn
             else:

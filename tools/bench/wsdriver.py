@@ -36,6 +36,7 @@ class TimedTurn:
     reply: str = ""
     error: str = ""
     llm_audio_wav: bytes = b""           # the utterance span the gateway cut (rebuilt from the VAD edges)
+    mic_tail_ms: float = 0.0             # microphone audio sent after the server had ended the utterance
     images: int = 0
 
 
@@ -59,6 +60,10 @@ class TimedClient(GatewayClient):
                 self.events.put_nowait(msg.data)
         self._stamps.append(time.monotonic())
         self.events.put_nowait(None)
+
+    async def next_event(self, timeout: float) -> dict | bytes:
+        """Every read goes through next_timed (connect's wait for session.ready too), so stamps stay aligned."""
+        return (await self.next_timed(timeout))[1]
 
     async def next_timed(self, timeout: float) -> tuple[float, dict | bytes]:
         item = await asyncio.wait_for(self.events.get(), timeout)
@@ -133,6 +138,7 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
         lo = max(0, int((started - preroll_ms - ts0) * 16)) * 2
         hi = min(len(pcm), int((ended[0] - ts0) * 16) * 2)
         turn.llm_audio_wav = wav_bytes(pcm[lo:hi], 16000)
+        turn.mic_tail_ms = FRAME_MS * sum(1 for t in client.frame_sent if t > ended[1])
     if first_audio is not None and sent_at is not None:
         turn.client_ttfa_ms = round((first_audio - sent_at) * 1000, 1)
         if "ttfa_ms" in turn.timings:
