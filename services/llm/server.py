@@ -168,7 +168,7 @@ class _Inbox:
 def _pump(generation, loop: asyncio.AbstractEventLoop, inbox: _Inbox) -> Finished | None:
     """Run a whole generation on the engine thread, handing each event to the loop as it comes.
 
-    Returns the last event, so a cancelled generation's tokens can still be counted."""
+    Returns its Finished (None if it never got that far), so a cancelled generation's tokens still count."""
     last = None
     try:
         for last in generation:
