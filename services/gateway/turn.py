@@ -85,6 +85,7 @@ class Turn:
         self.sample_rate = 24000
         self._calls: dict[str, grpc.aio.Call] = {}
         self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._tts_text_ended = False
         self._text = ""
         self._fed: list[tuple[int, float]] = []  # (chars fed to tts so far, when)
         self._sentences: dict[int, _Sentence] = {}
@@ -194,6 +195,8 @@ class Turn:
                     self._finish = llm_pb2.FinishReason.Name(done.finish_reason).lower()
                     self._timings["llm_queue_ms"] = round(done.timings.queue_wait_ms, 1)
                     self._timings["llm_decode_tokens"] = done.timings.decode_tokens
+                    # The reply is complete: its last sentence can be spoken now, not after the call's status.
+                    self._end_tts_text()
                 elif message.text_delta:
                     if "first_token_ms" not in self._timings:
                         self._timings["first_token_ms"] = _ms(time.monotonic() - t0)
@@ -204,6 +207,11 @@ class Turn:
                 message = await call.read()
         finally:
             self._llm_finished.set()
+            self._end_tts_text()
+
+    def _end_tts_text(self) -> None:
+        if not self._tts_text_ended:
+            self._tts_text_ended = True
             self._tts_queue.put_nowait(None)
 
     async def _pump_tts(self, t0: float) -> None:

@@ -59,6 +59,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     deltas: list[str] = field(default_factory=lambda: ["Hello", " there.", " How", " are", " you?"])
     delta_delay_s: float = 0.01
     first_delay_s: float = 0.0
+    after_done_s: float = 0.0  # how long the call stays open after `done`
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
     cancelled: int = 0
@@ -74,6 +75,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
                 await asyncio.sleep(self.delta_delay_s)
             yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP,
                                                                   text="".join(self.deltas)))
+            await asyncio.sleep(self.after_done_s)
         except asyncio.CancelledError:
             self.cancelled += 1
             raise

@@ -36,6 +36,18 @@ async def test_typed_turn_streams_text_then_audio_in_order(stack, connect) -> No
     assert stack.llm.requests[0].user.text == "Hi!"
 
 
+async def test_the_last_sentence_is_spoken_once_the_reply_is_complete_not_when_the_call_closes(stack, connect) -> None:
+    stack.llm.deltas = ["Hello", " there"]  # no final punctuation: the sentence ends with the reply
+    stack.llm.after_done_s = 1.5
+    client = await connect()
+    await client.send(type="text", text="Hi!")
+    started = await client.wait_for("audio.start")
+    done = await client.wait_for("turn.done")
+    assert done["text"] == "Hello there"
+    # audio began while the llm call was still open after its `done`, not 1.5 s later when it closed
+    assert done["timings"]["first_audio_ms"] < done["timings"]["total_ms"] - 1000, (started, done["timings"])
+
+
 async def test_spoken_turn_sends_the_utterance_and_keyframes(stack, connect) -> None:
     client = await connect()
     ts0 = 5_000_000.0
