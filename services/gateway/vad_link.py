@@ -24,6 +24,11 @@ SESSION_DEADLINE_S = 12 * 3600.0  # the stream's gRPC deadline; a longer session
 _WINDOW = {16000: 512, 8000: 256}
 
 
+def batch_windows(batch_ms: int, sample_rate: int = 16000) -> int:
+    """Vad windows per message while a turn waits for its first audio (SOTTO_GATEWAY_VAD_BATCH_MS), at least 1."""
+    return max(1, round(batch_ms * sample_rate / 1000 / _WINDOW.get(sample_rate, 512)))
+
+
 class VadLink:
     def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
@@ -45,7 +50,7 @@ class VadLink:
         self._samples = 0             # samples given to this stream, sent or held
         self._sent_windows = 0        # complete windows among the samples sent
         # While `batching()` holds, audio is sent once this many windows are complete instead of at each one.
-        self._batch_windows = max(1, round(batch_ms * sample_rate / 1000 / self._window))
+        self._batch_windows = batch_windows(batch_ms, sample_rate)
         self._batching = batching
         # A stream waits this long for a vad that is not there yet (restarting); then it is given up and reported,
         # and the next frame opens a new one. Audio arrives in real time, so this also bounds the audio it holds.

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from services.common import config
 from services.gateway.client import FRAME_MS
+from services.gateway.vad_link import batch_windows
 from services.llm.engine import Finished, LlmEngine, TextDelta
 from services.llm.server import SamplingDefaults, engine_config, to_engine_request
 from services.tts.server import load_engine
@@ -64,7 +65,7 @@ class DirectPath:
         vad_cfg = config.load(config.VadConfig, env)
         self.vad, self.vad_settings = load_model(vad_cfg.model), default_settings(vad_cfg)
         gateway = config.load(config.GatewayConfig, env)
-        self.vad_batch_frames = max(1, round(gateway.vad_batch_ms / FRAME_MS))
+        self.vad_batch_frames = batch_windows(gateway.vad_batch_ms)  # FRAME_MS frames are one window each
 
     def request(self, text: str = "", audio_wav: bytes = b"", jpegs: tuple[bytes, ...] = ()):
         """The engine request the LLM service would build from the gateway's protobuf request."""
