@@ -274,7 +274,8 @@ class Session:
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
                                        min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
         self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure,
-                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self._awaiting_first_audio)
+                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self._awaiting_first_audio,
+                           lambda: self.speech_start is not None)
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
@@ -326,6 +327,8 @@ class Session:
             return
         if service == "vad" and status == "SERVING":
             self._vad_failure_told = False
+        elif service == "vad" and self.vad is not None:
+            self.vad.went_away()
         self.send(event("health", service=service, status=status))
 
     async def close(self) -> None:

@@ -181,8 +181,9 @@ class Turn:
 
     async def _first(self, call: grpc.aio.Call, stage: str, timeout: float | None) -> object:
         try:
-            return await asyncio.wait_for(call.read(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):  # not wait_for: in 3.11 it can swallow an interrupt's cancel
+                return await call.read()
+        except TimeoutError:
             raise StageTimeout(stage) from None
 
     async def _pump_llm(self, t0: float) -> None:

@@ -91,6 +91,9 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
         stream: VadStream | None = None
         try:
             settings, emit_probabilities, requests = await _read_settings(request_iterator, self.defaults)
+            # Headers now, not with a first event that may be minutes away: the client's sign that the stream
+            # is accepted and heard (the gateway gives up a stream not accepted within its request timeout).
+            await context.send_initial_metadata(())
             last_sequence = -1
             async for request in requests:
                 if not request.HasField("audio"):

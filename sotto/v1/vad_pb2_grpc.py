@@ -46,6 +46,8 @@ class VadServiceServicer:
 
     def StreamAudio(self, request_iterator, context):
         """One stream per audio source. The first message must carry `settings`; every message may carry audio.
+        The server sends its initial metadata once it has accepted the settings: a client takes a stream not
+        accepted within its timeout as a vad that is not there (events come only with speech).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -30,6 +30,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.streams += 1
         if self.fail_with is not None:
             await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
+        await context.send_initial_metadata(())  # accepted, as the real vad says at once
         pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:

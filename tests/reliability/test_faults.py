@@ -20,6 +20,7 @@ from tests.reliability.conftest import REQUEST_TIMEOUT_MS, kill, pids, restarts,
 
 DEADLINE_S = REQUEST_TIMEOUT_MS / 1000
 SLACK_S = 2.0          # event-loop and loopback latency on a shared 2-core box
+POLL_DOWN_S = 2.0      # the gateway's health poll: one 1 s interval plus its 1 s check timeout
 TURN_TIMEOUT_S = 120   # a healthy turn on the offline models, generously
 MEASURED: dict[str, float] = {}
 
@@ -189,6 +190,42 @@ async def test_sigstop_vad_mid_utterance_stalls_out_and_is_reported_as_down(stac
         assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
     MEASURED["vad_hang_stalled_s"] = stalled_s
     print(f"\nvad hung mid-utterance: stalled_input after {stalled_s:.1f} s")
+
+
+async def test_speech_that_starts_while_the_vad_is_hung_gets_one_clear_error(stack: RealStack, utterance) -> None:
+    """A hung vad keeps its stream open and answers nothing, which looks like silence. On the health poll's DOWN
+    the session replaces its silent stream; the replacement, never answered, is given up one request timeout
+    later with `unavailable`, once. After SIGCONT the same session is heard again."""
+    speech = utterance("Hello there, can you hear me clearly now?")
+    quiet = bytes(2 * 16000 // 2)
+    async with GatewayClient(stack.ws_url) as client:
+        observer = Observer(client)
+        victim = pids(stack)["vad"]
+        await client.send_audio(quiet, realtime=True)  # the session's vad stream is open and heard
+        stopped_at = time.monotonic()
+        kill(victim, signal.SIGSTOP)
+        try:
+            for _ in range(3):
+                await client.send_audio(speech, realtime=True)
+                if any(isinstance(e, dict) and e["type"] == "error" for e in observer.seen):
+                    break
+            deadline = stopped_at + POLL_DOWN_S + DEADLINE_S + SLACK_S
+            while not any(isinstance(e, dict) and e["type"] == "error" for e in observer.seen):
+                assert time.monotonic() < deadline, f"speech to a hung vad was never reported: {observer.seen}"
+                await asyncio.sleep(0.05)
+            told_s = time.monotonic() - stopped_at
+            errors = [e for e in observer.seen if isinstance(e, dict) and e["type"] == "error"]
+            assert len(errors) == 1 and errors[0]["code"] == "unavailable", errors
+            assert "speech is not heard" in errors[0]["message"], errors
+            assert not any(isinstance(e, dict) and e["type"] == "speech.started" for e in observer.seen)
+            observer.stop()
+        finally:
+            kill(victim, signal.SIGCONT)
+        await client.expect("health", timeout=10)  # vad SERVING again
+        record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
+        assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
+    MEASURED["vad_hang_speech_told_s"] = told_s
+    print(f"\nspeech to a hung vad: unavailable after {told_s:.1f} s")
 
 
 async def test_gateway_killed_the_page_reconnects_by_itself(stack: RealStack) -> None:
