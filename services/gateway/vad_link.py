@@ -45,7 +45,7 @@ class VadLink:
         self.on_failure = on_failure
         # Each chunk with the tape index of its first sample, so that chunks a dead stream never took can start
         # the next one at the right place.
-        self._queue: asyncio.Queue[tuple[int, vad_pb2.AudioChunk] | None] | None = None
+        self._queue: asyncio.Queue[tuple[int, vad_pb2.AudioChunk]] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
         self._reader: asyncio.Task | None = None
         self._origin = 0   # tape sample index where this stream's sample 0 sits
@@ -59,7 +59,7 @@ class VadLink:
         # While `batching()` holds, audio is sent once this many windows are complete instead of at each one.
         self._batch_windows = batch_windows(batch_ms, sample_rate)
         self._batching = batching
-        # A stream waits this long for a vad that is not there yet (restarting); then it is given up and reported,
+        # A stream waits this long for a vad to accept it (restarting, hung); then it is given up and reported,
         # and the next frame opens a new one. Audio arrives in real time, so this also bounds the audio it holds.
         self._connect_timeout_s = connect_timeout_s
         self._in_utterance = in_utterance
@@ -114,8 +114,9 @@ class VadLink:
 
     async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
         yield vad_pb2.VadRequest(settings=self.settings)
-        while (item := await queue.get()) is not None:
-            yield vad_pb2.VadRequest(audio=item[1])
+        while True:
+            _, chunk = await queue.get()
+            yield vad_pb2.VadRequest(audio=chunk)
 
     async def _read(self, call: grpc.aio.StreamStreamCall, origin: int) -> None:
         """Relay the stream's events until it ends, then reopen it or give it up."""
@@ -177,10 +178,7 @@ class VadLink:
     def _reopen(self) -> None:
         """A new stream at once, carrying the audio the dead one never took, so none of it goes unheard."""
         assert self._queue is not None
-        carried = []
-        while not self._queue.empty():
-            if (item := self._queue.get_nowait()) is not None:
-                carried.append(item)
+        carried = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
         self._last_reopen = time.monotonic()
         _LOGGER.info("vad_stream_reopened", extra={"carried_chunks": len(carried)})
         start = carried[0][0] if carried else self._held_start if self._held else self._origin + self._samples

@@ -85,6 +85,13 @@ async def next_turn_works(client: GatewayClient) -> None:
     assert record.audio, "the turn after the recovery had no audio"
 
 
+async def heard_again(client: GatewayClient, speech: bytes) -> None:
+    """After SIGCONT the vad is SERVING again and the same session's speech makes a turn."""
+    await client.expect("health", timeout=10)
+    record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
+    assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
+
+
 @pytest.mark.parametrize("service", ["llm", "tts"])
 async def test_sigkill_mid_turn_errors_restarts_and_recovers(stack: RealStack, service: str) -> None:
     # SIGSTOP first so the SIGKILL lands while the service holds the turn's request (the tiny llm would
@@ -185,9 +192,7 @@ async def test_sigstop_vad_mid_utterance_stalls_out_and_is_reported_as_down(stac
             await next_turn_works(client)  # typed turns do not need the vad
         finally:
             kill(victim, signal.SIGCONT)
-        await client.expect("health", timeout=10)  # vad SERVING again
-        record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
-        assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
+        await heard_again(client, speech)
     MEASURED["vad_hang_stalled_s"] = stalled_s
     print(f"\nvad hung mid-utterance: stalled_input after {stalled_s:.1f} s")
 
@@ -221,9 +226,7 @@ async def test_speech_that_starts_while_the_vad_is_hung_gets_one_clear_error(sta
             observer.stop()
         finally:
             kill(victim, signal.SIGCONT)
-        await client.expect("health", timeout=10)  # vad SERVING again
-        record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)
-        assert record.done["finish_reason"] in ("stop", "length", "degraded"), record.events
+        await heard_again(client, speech)
     MEASURED["vad_hang_speech_told_s"] = told_s
     print(f"\nspeech to a hung vad: unavailable after {told_s:.1f} s")
 
