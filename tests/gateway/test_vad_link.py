@@ -23,8 +23,8 @@ class _Call:
     def __init__(self, requests: AsyncIterator[vad_pb2.VadRequest]) -> None:
         self.requests = requests
         self.taken: list[vad_pb2.AudioChunk] = []
-        self.end_with: grpc.StatusCode | None = None
-        self.ended = asyncio.Event()
+        self.script: asyncio.Queue[vad_pb2.VadEvent | grpc.StatusCode] = asyncio.Queue()
+        self.ended = False
         self.cancelled = False
         self.accepted = asyncio.Event()
         self.accepted.set()
@@ -43,21 +43,23 @@ class _Call:
         return self._events()
 
     async def _events(self) -> AsyncIterator[vad_pb2.VadEvent]:
-        await self.ended.wait()
-        assert self.end_with is not None
-        raise grpc.aio.AioRpcError(self.end_with, grpc.aio.Metadata(), grpc.aio.Metadata(), "scripted end")
-        yield  # an async generator that ends by raising, as a failed stream does
+        while isinstance(item := await self.script.get(), vad_pb2.VadEvent):
+            yield item
+        raise grpc.aio.AioRpcError(item, grpc.aio.Metadata(), grpc.aio.Metadata(), "scripted end")
+
+    def say(self, start_sample: int) -> None:
+        self.script.put_nowait(vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_STARTED, start_sample=start_sample))
 
     def end(self, code: grpc.StatusCode) -> None:
-        self.end_with = code
-        self.ended.set()
+        self.ended = True
+        self.script.put_nowait(code)
 
     def cancel(self) -> bool:
         self.cancelled = True
         return True
 
     def done(self) -> bool:
-        return self.cancelled or self.ended.is_set()
+        return self.cancelled or self.ended
 
 
 class _Stub:
@@ -73,14 +75,16 @@ class _Stub:
 
 
 class _Session:
-    """What VadLink reports to: failures, and whether the user is mid-utterance."""
+    """What VadLink reports to: where on the tape each event's speech starts, failures, and whether the user is
+    mid-utterance."""
 
     def __init__(self) -> None:
+        self.heard_at: list[int] = []
         self.failures: list[str] = []
         self.speaking = False
 
     async def on_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
-        return None
+        self.heard_at.append(origin + ev.start_sample)
 
     async def on_failure(self, reason: str) -> None:
         self.failures.append(reason)
@@ -120,7 +124,9 @@ async def test_audio_a_cancelled_stream_never_took_is_heard_on_the_next_from_whe
     await until(lambda: len(stub.calls) == 2)
     await stub.calls[1].take(6)
     assert [c.pcm16 for c in stub.calls[1].taken] == [frame(i) for i in range(2, 8)]
-    assert vad._origin == 2 * FRAME, "the new stream's sample 0 is the first frame it was given"
+    stub.calls[1].say(start_sample=FRAME)  # speech in the second chunk the new stream took: frame 3
+    await until(lambda: session.heard_at)
+    assert session.heard_at == [3 * FRAME], "events on the new stream land where their audio is on the tape"
     assert [c.sequence for c in stub.calls[1].taken] == list(range(6))
     assert session.failures == [], "a vad that went away between words is waited for, not reported"
     send_frames(vad, 8, 1)
@@ -151,7 +157,9 @@ async def test_a_stream_lost_mid_utterance_is_reported_and_the_next_frame_starts
     assert session.failures == ["UNAVAILABLE"] and len(stub.calls) == 1 and not vad.open
     send_frames(vad, 10, 1)
     await stub.calls[1].take(1)
-    assert vad._origin == 10 * FRAME
+    stub.calls[1].say(start_sample=0)
+    await until(lambda: session.heard_at)
+    assert session.heard_at == [10 * FRAME]
 
 
 async def test_a_vad_that_drops_every_stream_is_reported_not_retried_in_a_loop(link) -> None:
@@ -190,7 +198,10 @@ async def test_a_failed_health_check_of_a_vad_that_is_back_loses_nothing(link) -
     await stub.calls[0].take(1)
     vad.went_away()
     await stub.calls[1].take(2)
-    assert [c.pcm16 for c in stub.calls[1].taken] == [frame(1), frame(2)] and vad._origin == FRAME
+    assert [c.pcm16 for c in stub.calls[1].taken] == [frame(1), frame(2)]
+    stub.calls[1].say(start_sample=0)
+    await until(lambda: session.heard_at)
+    assert session.heard_at == [FRAME]
     assert session.failures == []
 
 
