@@ -106,12 +106,6 @@ class AudioTape:
         piece = self._piece_at(sample)
         return None if piece is None else piece.received
 
-    def capture_ts_at(self, sample: int) -> float | None:
-        piece = self._piece_at(sample)
-        if piece is None:
-            return None
-        return piece.capture_ts_ms + (sample - piece.start) * 1000.0 / self.rate
-
 
 @dataclass
 class CameraFrame:

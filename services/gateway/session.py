@@ -143,8 +143,8 @@ class Session:
         elif isinstance(msg, Playback):
             if self.turn is not None and msg.turn_id in ("", self.turn.inp.turn_id):
                 self.turn.report_playback(msg.played_samples)
-        elif isinstance(msg, AudioEnd):
-            self._flush_utterance()
+        elif isinstance(msg, AudioEnd) and self.vad is not None:
+            self.vad.end_of_speech()
         elif isinstance(msg, Ping):
             self.send(event("pong"))
         return True
@@ -204,15 +204,6 @@ class Session:
         return (self.speech_start is None and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
 
-    def _flush_utterance(self) -> None:
-        """The client's VAD heard the end: feed the silence the server VAD needs to decide the end now."""
-        if self.vad is None or not self.vad.open:
-            return
-        v = self.cfg.vad
-        silence_ms = v.min_silence_ms + v.speech_pad_ms + 100
-        pcm = bytes(2 * 16 * silence_ms)
-        last_ts = self.tape.capture_ts_at(self.tape.end - 1) or 0.0
-        self._on_audio(pcm, last_ts + 1000.0 / 16000)
 
     async def _reset_vad(self) -> None:
         if self.vad is not None:

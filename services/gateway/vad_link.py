@@ -43,9 +43,9 @@ class VadLink:
         self.rate = sample_rate
         self.on_event = on_event
         self.on_failure = on_failure
-        # Each chunk with the tape index of its first sample, so that chunks a dead stream never took can start
+        # Each request with the tape index of its first sample, so that chunks a dead stream never took can start
         # the next one at the right place.
-        self._queue: asyncio.Queue[tuple[int, vad_pb2.AudioChunk]] | None = None
+        self._queue: asyncio.Queue[tuple[int, vad_pb2.VadRequest]] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
         self._reader: asyncio.Task | None = None
         self._origin = 0   # tape sample index where this stream's sample 0 sits
@@ -83,24 +83,42 @@ class VadLink:
         if windows - self._sent_windows < (self._batch_windows if self._batching() else 1):
             return
         self._sent_windows = windows
+        self._send_held()
+
+    def end_of_speech(self) -> None:
+        """The client's VAD heard the end of speech: the vad closes an open segment at the last sample it has,
+        instead of waiting for silence that will not come (the client stops sending)."""
+        if not self.open:
+            return
+        assert self._queue is not None
+        if self._held:
+            self._sent_windows = self._samples // self._window
+            self._send_held()
+        self._queue.put_nowait((self._origin + self._samples, vad_pb2.VadRequest(end_of_speech=True)))
+
+    def _send_held(self) -> None:
         self._put(self._held_start, b"".join(self._held), self._held_ts)
         self._held.clear()
 
     def _put(self, tape_start: int, pcm: bytes, capture_ts_ms: float) -> None:
         assert self._queue is not None
-        self._queue.put_nowait((tape_start, vad_pb2.AudioChunk(pcm16=pcm, sample_rate=self.rate, sequence=self._seq,
-                                                               capture_ts_ms=int(capture_ts_ms))))
+        chunk = vad_pb2.AudioChunk(pcm16=pcm, sample_rate=self.rate, sequence=self._seq,
+                                   capture_ts_ms=int(capture_ts_ms))
+        self._queue.put_nowait((tape_start, vad_pb2.VadRequest(audio=chunk)))
         self._seq += 1
 
-    def _open(self, tape_start: int, carried: list[tuple[int, vad_pb2.AudioChunk]] | None = None,
+    def _open(self, tape_start: int, carried: list[tuple[int, vad_pb2.VadRequest]] | None = None,
               keep_held: bool = False) -> None:
         """A new stream whose sample 0 is the tape's `tape_start`, first given `carried`: chunks a dead stream
         never took, and with `keep_held` the frames it held."""
         self._queue = asyncio.Queue()
         self._origin, self._seq, self._samples = tape_start, 0, 0
-        for start, chunk in carried or []:
-            self._put(start, chunk.pcm16, chunk.capture_ts_ms)
-            self._samples += len(chunk.pcm16) // 2
+        for start, request in carried or []:
+            if request.HasField("audio"):
+                self._put(start, request.audio.pcm16, request.audio.capture_ts_ms)
+                self._samples += len(request.audio.pcm16) // 2
+            else:
+                self._queue.put_nowait((start, request))
         self._sent_windows = self._samples // self._window
         if keep_held:
             self._samples += sum(len(p) for p in self._held) // 2
@@ -115,8 +133,8 @@ class VadLink:
     async def _requests(self, queue: asyncio.Queue) -> AsyncIterator[vad_pb2.VadRequest]:
         yield vad_pb2.VadRequest(settings=self.settings)
         while True:
-            _, chunk = await queue.get()
-            yield vad_pb2.VadRequest(audio=chunk)
+            _, request = await queue.get()
+            yield request
 
     async def _read(self, call: grpc.aio.StreamStreamCall, origin: int) -> None:
         """Relay the stream's events until it ends, then reopen it or give it up."""

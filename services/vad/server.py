@@ -1,8 +1,8 @@
 """The vad gRPC service (sotto.v1.VadService): streaming speech start / end per audio source.
 
 The servicer only translates between protobuf and ``services.vad.engine``: the first message
-carries the settings, every message may carry audio, and each engine event becomes a
-``VadEvent``. Small chunks are endpointed on the event loop, large ones on the model's
+carries the settings, every message may carry audio and the client's end of speech (which
+closes an open segment at once), and each engine event becomes a ``VadEvent``. Small chunks are endpointed on the event loop, large ones on the model's
 single inference thread (see ``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
 frees its state at once.
 """
@@ -96,19 +96,21 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
             await context.send_initial_metadata(())
             last_sequence = -1
             async for request in requests:
-                if not request.HasField("audio"):
-                    continue
-                chunk = request.audio
-                stream = stream or self._open(chunk.sample_rate, settings, emit_probabilities)
-                _check_chunk(chunk, stream, last_sequence)
-                last_sequence = chunk.sequence
-                # 0 means "not given": the chunk continues the stream's capture clock.
-                if stream.windows_after(len(chunk.pcm16)) <= _INLINE_WINDOWS:
-                    events = stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
-                else:
-                    events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
-                for event in events:
-                    yield event_to_proto(event)
+                if request.HasField("audio"):
+                    chunk = request.audio
+                    stream = stream or self._open(chunk.sample_rate, settings, emit_probabilities)
+                    _check_chunk(chunk, stream, last_sequence)
+                    last_sequence = chunk.sequence
+                    # 0 means "not given": the chunk continues the stream's capture clock.
+                    if stream.windows_after(len(chunk.pcm16)) <= _INLINE_WINDOWS:
+                        events = stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
+                    else:
+                        events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
+                    for event in events:
+                        yield event_to_proto(event)
+                if request.end_of_speech and stream is not None:
+                    for event in stream.flush():
+                        yield event_to_proto(event)
             if stream is None:
                 raise InvalidStream("empty stream: send settings in the first message, then audio chunks")
             for event in stream.flush():

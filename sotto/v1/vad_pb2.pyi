@@ -33,12 +33,14 @@ class AudioChunk(_message.Message):
     def __init__(self, pcm16: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., sequence: _Optional[int] = ..., capture_ts_ms: _Optional[int] = ...) -> None: ...
 
 class VadRequest(_message.Message):
-    __slots__ = ("settings", "audio")
+    __slots__ = ("settings", "audio", "end_of_speech")
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
+    END_OF_SPEECH_FIELD_NUMBER: _ClassVar[int]
     settings: VadSettings
     audio: AudioChunk
-    def __init__(self, settings: _Optional[_Union[VadSettings, _Mapping]] = ..., audio: _Optional[_Union[AudioChunk, _Mapping]] = ...) -> None: ...
+    end_of_speech: bool
+    def __init__(self, settings: _Optional[_Union[VadSettings, _Mapping]] = ..., audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., end_of_speech: _Optional[bool] = ...) -> None: ...
 
 class VadEvent(_message.Message):
     __slots__ = ("kind", "start_sample", "end_sample", "start_ts_ms", "end_ts_ms", "probability", "processed_samples")

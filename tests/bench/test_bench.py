@@ -7,9 +7,13 @@ import json
 
 import pytest
 
+import numpy as np
+
 from tools.bench import stats
 from tools.bench.__main__ import main
+from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
 from tools.bench.wsdriver import TRAILING_SILENCE_S
+from tests.vad.speech import speak
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -36,6 +40,18 @@ def test_the_median_interval_widens_with_noise_and_narrows_with_turns() -> None:
     assert stats.median_ci(noisy) == [lo, hi]  # the same turns always give the same interval
 
 
+def test_the_page_client_stops_where_its_vad_hears_the_end_of_speech(tmp_path) -> None:
+    speech = speak(SHORT_QUESTION, "en-us", 16000, tmp_path)
+    voiced = np.flatnonzero(np.abs(speech.astype(np.int32)) > 1000)
+    last_voiced_ms = voiced[-1] / 16
+    cut = page_vad_end(speech.astype("<i2").tobytes())
+    assert cut % 1024 == 0  # whole 32 ms frames, as the page sends them
+    # 400 ms of silence after the speech ends (capture.js redemptionMs), plus the frame it is heard in
+    assert 400 <= cut / 32 - last_voiced_ms <= 400 + 3 * 32
+    with pytest.raises(ValueError, match="no end of speech"):
+        page_vad_end(bytes(32000))
+
+
 def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
     a = {"machine": {"cores": 2}, "cases": {"typed": {"summary": {"ttfa_ms": {"n": 3, "p50": 100.0}}}},
          "load": {"levels": [{"level": 1, "busy": 0}]}}
@@ -53,13 +69,13 @@ def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
 
 def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     out = tmp_path / "results"
-    assert main(["run", "--turns", "1", "--levels", "1,2", "--load-turns", "1", "--cases", "spoken_short_camera",
-                 "--quick-components", "--out", str(out)]) == 0
+    assert main(["run", "--turns", "1", "--levels", "1,2", "--load-turns", "1", "--cases",
+                 "spoken_short_camera,spoken_short_raw", "--quick-components", "--out", str(out)]) == 0
     [path] = out.glob("*[0-9].json")
     r = json.loads(path.read_text())
     assert {"cpu", "cores", "load_average", "load_average_end"} <= r["machine"].keys()
     assert r["command"].startswith("python -m tools.bench run") and r["wall_s"] > 0
-    assert set(r["cases"]) == {"spoken_short_camera", "typed"}
+    assert set(r["cases"]) == {"spoken_short_camera", "spoken_short_raw", "typed"}
     for name, case in r["cases"].items():
         s = case["summary"]
         assert s["ok"] == 1, (name, case["rows"])
@@ -74,13 +90,21 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert s["overhead_ratio_p50"] is not None and isinstance(s["overhead_met"], bool)
         assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
         assert case["load_average"]
-    assert r["cases"]["spoken_short_camera"]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
-    # the direct path's VAD heard the microphone tail the stack's did: the trailing silence after the endpoint
-    [spoken] = r["cases"]["spoken_short_camera"]["rows"]
-    assert 0 < spoken["direct"]["mic_tail_ms"] < TRAILING_SILENCE_S * 1000 and spoken["direct"]["vad_cpu_ms"] > 0
+    for name in ("spoken_short_camera", "spoken_short_raw"):
+        assert r["cases"][name]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
+    # the page client stopped at its VAD's end and sent audio.end: nothing streamed while the answer was prepared
+    [page] = r["cases"]["spoken_short_camera"]["rows"]
+    assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] == 0
+    assert page["direct"]["vad_cpu_ms"] == 0
+    # the raw client streamed on; the direct path's VAD heard the same tail after the endpoint
+    [raw] = r["cases"]["spoken_short_raw"]["rows"]
+    assert raw["stack"]["audio_end_sent"] is None
+    assert 0 < raw["direct"]["mic_tail_ms"] < TRAILING_SILENCE_S * 1000 and raw["direct"]["vad_cpu_ms"] > 0
     o = r["overhead"]
     assert {"all_turns_ms", "ratio_p50", "per_case", "cpu_all_turns_ms", "met"} <= o.keys()
-    assert o["outside_synthesis_all_turns_ms"]["n"] == 2  # one spoken, one typed turn
+    assert o["cases"] == ["spoken_short_camera", "typed"] and o["raw_client"]["cases"] == ["spoken_short_raw"]
+    assert o["outside_synthesis_all_turns_ms"]["n"] == 2  # one page spoken turn, one typed turn
+    assert o["raw_client"]["all_turns_ms"]["n"] == 1 and set(o["per_case"]) == set(r["cases"])
     assert o["all_turns_p50_ci95_ms"][0] <= o["all_turns_ms"]["p50"] <= o["all_turns_p50_ci95_ms"][1]
     levels = r["load"]["levels"]
     assert [row["level"] for row in levels] == [1, 2] and r["load"]["admission_limit"] == 2

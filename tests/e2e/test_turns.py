@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 from PIL import Image
@@ -43,6 +44,23 @@ async def test_spoken_turn_with_a_camera_frame(real_stack: RealStack, utterance)
     assert request["audio_bytes"] > 2 * 16000, request  # about a second or more of the utterance
     generated = turn_log(real_stack, "llm", done["turn_id"], "generated")
     assert generated["prefill_tokens"] > 25, generated  # audio and image tokens were really prefilled
+
+
+async def test_a_page_turn_starts_at_its_audio_end_not_after_silence(real_stack: RealStack, utterance) -> None:
+    """The page's own VAD stops the audio when the user stops talking and sends audio.end: the server's VAD,
+    which has heard only 100 ms of silence (it needs 400), ends the utterance on it, and all of it reaches the
+    model."""
+    speech = utterance("What time is it where you are?")
+    async with GatewayClient(real_stack.ws_url) as client:
+        await client.send_audio(speech + bytes(2 * 16 * 100))
+        await client.send(type="audio.end")
+        record = await client.collect_turn(time.monotonic(), timeout=120)
+    types = [t for t in record.types if t != "health"]
+    assert types.index("speech.ended") < types.index("turn.started") < types.index("turn.done"), types
+    assert record.done["finish_reason"] in ("stop", "length", "degraded") and record.audio
+    request = turn_log(real_stack, "llm", record.done["turn_id"], "generate_request")
+    # the utterance with its 300 ms pre-roll, cut at the last sample received at the latest
+    assert 0.8 * len(speech) < request["audio_bytes"] <= len(speech) + 2 * 16 * (300 + 100) + 44, request
 
 
 async def test_typed_turn_works_the_same_way(real_stack: RealStack) -> None:

@@ -212,3 +212,21 @@ async def test_a_failed_health_check_leaves_a_live_utterance_alone(link) -> None
     session.speaking = True
     vad.went_away()
     assert not stub.calls[0].cancelled and len(stub.calls) == 1 and session.failures == []
+
+
+async def test_the_clients_end_of_speech_follows_the_audio_held_for_a_batch() -> None:
+    """Audio held back while a turn thinks goes out first: the vad ends the utterance on all of it."""
+    stub, session = _Stub(), _Session()
+    vad = VadLink(stub, vad_pb2.VadSettings(), 16000, session.on_event, session.on_failure, CONNECT_TIMEOUT_S,
+                  batch_ms=160, batching=lambda: True, in_utterance=lambda: False)
+    try:
+        send_frames(vad, 0, 7)  # one 5-window batch sent, two frames held
+        vad.end_of_speech()
+        [call] = stub.calls
+        await asyncio.wait_for(call.take(2), 3)  # settings aside: the batch, then the two held frames
+        assert [len(c.pcm16) // 2 for c in call.taken] == [5 * FRAME, 2 * FRAME]
+        after = await asyncio.wait_for(anext(call.requests), 3)
+        assert after.end_of_speech and not after.HasField("audio")
+        assert session.failures == []
+    finally:
+        await vad.close()

@@ -132,6 +132,38 @@ async def test_bad_streams_are_refused_clearly_while_a_good_one_is_served(servic
     assert servicer.active_streams == 0
 
 
+async def test_the_clients_end_of_speech_ends_the_segment_without_waiting_for_silence(service, utterances_16k):
+    """A client with its own VAD stops sending when the user stops talking: the segment ends on its word."""
+    stub, _, _ = service
+    said = compose(utterances_16k[:1], [0.5, 0.1], 16000)  # 100 ms of silence after: far from the 400 ms needed
+    requests: asyncio.Queue[vad_pb2.VadRequest | None] = asyncio.Queue()
+
+    async def gen():
+        while (request := await requests.get()) is not None:
+            yield request
+
+    call = stub.StreamAudio(gen(), timeout=30)
+    events = aiter(call)
+    for request in (_settings(), _audio(said.audio.tobytes())):
+        requests.put_nowait(request)
+    assert (await asyncio.wait_for(anext(events), 10)).kind == vad_pb2.VadEvent.SPEECH_STARTED
+    requests.put_nowait(vad_pb2.VadRequest(end_of_speech=True))
+    end = await asyncio.wait_for(anext(events), 10)
+    assert end.kind == vad_pb2.VadEvent.SPEECH_ENDED
+    (truth_start, truth_end), = said.truth
+    assert abs(end.start_sample - truth_start) <= TOLERANCE_MS * 16 + 30 * 16  # default 30 ms pad
+    assert truth_end <= end.end_sample <= len(said.audio)
+    # nothing open: the next end of speech says nothing, and the stream goes on serving the next utterance
+    requests.put_nowait(vad_pb2.VadRequest(end_of_speech=True))
+    requests.put_nowait(vad_pb2.VadRequest(audio=vad_pb2.AudioChunk(pcm16=said.audio.tobytes(), sample_rate=16000,
+                                                                     sequence=1), end_of_speech=True))
+    kinds = [(await asyncio.wait_for(anext(events), 10)).kind for _ in range(2)]
+    assert kinds == [vad_pb2.VadEvent.SPEECH_STARTED, vad_pb2.VadEvent.SPEECH_ENDED]
+    requests.put_nowait(None)
+    assert [e async for e in events] == []
+    assert await call.code() == grpc.StatusCode.OK
+
+
 async def _opened_streams(servicer, monkeypatch) -> list:
     opened = []
     real_open = servicer._open

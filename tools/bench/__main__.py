@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--no-spoken", action="store_true", help="typed case and load only")
     run.add_argument("--cases", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                      help="only these spoken cases (spoken_short, spoken_short_camera, spoken_long, "
-                          "spoken_long_camera); the typed case always runs")
+                          "spoken_long_camera, spoken_short_raw); the typed case always runs")
     run.add_argument("--quick-components", action="store_true", help="small component sizes (the bench's test)")
     load = sub.add_parser("load", help="only the load levels (typed turns on the text stack)")
     load.add_argument("--levels", type=_levels, default=(1, 2, 4, 8))

@@ -112,10 +112,11 @@ class DirectPath:
                     stream.push(frame * held)
             out.vad_cpu_ms = round((time.thread_time() - cpu) * 1000, 1)
 
-        speaker = threading.Thread(target=speak, name="direct-tts")
-        listener = threading.Thread(target=listen, name="direct-mic")
-        speaker.start()
-        listener.start()
+        threads = [threading.Thread(target=speak, name="direct-tts")]
+        if mic_tail_ms >= FRAME_MS:  # a page client sends nothing after its audio.end: nothing to listen to
+            threads.append(threading.Thread(target=listen, name="direct-mic"))
+        for thread in threads:
+            thread.start()
         try:
             for event in self.llm.generate(request):
                 if isinstance(event, TextDelta):
@@ -129,8 +130,8 @@ class DirectPath:
             feed(splitter.close())
         finally:
             sentences.put(None)
-            speaker.join()
-            listener.join()
+            for thread in threads:
+                thread.join()
         out.cpu_ms = round((time.process_time() - cpu0) * 1000, 1)
         if first_chunk and out.first_sentence_ms is not None:
             out.first_audio_ms = first_chunk[0]

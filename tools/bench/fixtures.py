@@ -1,4 +1,10 @@
-"""The bench's fixed inputs: espeak-ng questions, a synthetic camera frame and typed questions."""
+"""The bench's fixed inputs: espeak-ng questions, a synthetic camera frame and typed questions.
+
+Spoken cases come in two clients. "page" does what the product's page does (static/js/capture.js): its own
+Silero VAD decides the end of speech, audio stops at that frame and `audio.end` follows, so nothing streams
+while the answer is prepared. "raw" is a client without its own VAD (the Python client, a bare microphone
+stream): it goes on streaming, here 0.8 s of trailing silence, and the server's VAD endpoints.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from services.gateway.client import FRAME_MS
+from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
 from tests.vad.speech import speak
 
 SHORT_QUESTION = "What is the capital of France?"
@@ -27,10 +35,17 @@ class Case:
     text: str                      # what is said or typed
     pcm16: bytes = b""
     jpegs: tuple[bytes, ...] = field(default_factory=tuple)
+    client: str = "page"           # spoken: "page" (own VAD, then audio.end) or "raw" (streams on), see above
+    page_end_bytes: int = 0        # "page": the audio sent, up to the frame where the page's VAD hears the end
 
     @property
     def speech_s(self) -> float:
         return len(self.pcm16) / 32000
+
+    @property
+    def page_audio(self) -> bytes:
+        """What the page sends: the speech, then silence up to the frame where its VAD heard the end."""
+        return (self.pcm16 + bytes(max(0, self.page_end_bytes - len(self.pcm16))))[:self.page_end_bytes]
 
 
 def camera_jpeg(seed: int = 0, size: tuple[int, int] = (320, 240)) -> bytes:
@@ -45,15 +60,33 @@ def camera_jpeg(seed: int = 0, size: tuple[int, int] = (320, 240)) -> bytes:
     return buf.getvalue()
 
 
+def page_vad_end(pcm16: bytes, trailing_s: float = 2.0) -> int:
+    """How much audio (bytes) the page sends for `pcm16` followed by silence: every frame up to and including the one
+    on which its VAD hears the end of speech. The page runs Silero v5 through vad-web with threshold 0.5,
+    hysteresis to 0.35, 300 ms minimum speech and 400 ms of silence (capture.js); the same model and rules
+    here, so the cut falls where the page's would."""
+    audio = pcm16 + bytes(int(trailing_s * 16000) * 2)
+    page = VadSettings(threshold=0.5, neg_threshold=0.35, min_speech_ms=300, min_silence_ms=400)
+    step = 16 * FRAME_MS * 2
+    with SileroVad().open_stream(16000, page) as stream:
+        for i in range(0, len(audio), step):
+            if any(e.kind is SpeechEventKind.ENDED for e in stream.push(audio[i:i + step])):
+                return i + step
+    raise ValueError(f"no end of speech within {trailing_s} s of trailing silence")
+
+
 def spoken_cases(workdir: Path, voice: str = "en-us") -> list[Case]:
-    """Short and long questions, each without and with one camera frame."""
+    """Short and long questions, each without and with one camera frame, sent as the page sends them; and the
+    short question from a client without its own VAD."""
     short = speak(SHORT_QUESTION, voice, 16000, workdir).astype("<i2").tobytes()
     long = speak(LONG_QUESTION, voice, 16000, workdir).astype("<i2").tobytes()
     jpeg = camera_jpeg(1)
-    return [Case("spoken_short", "speech", SHORT_QUESTION, short),
-            Case("spoken_short_camera", "speech", SHORT_QUESTION, short, (jpeg,)),
-            Case("spoken_long", "speech", LONG_QUESTION, long),
-            Case("spoken_long_camera", "speech", LONG_QUESTION, long, (jpeg,))]
+    short_end, long_end = page_vad_end(short), page_vad_end(long)
+    return [Case("spoken_short", "speech", SHORT_QUESTION, short, page_end_bytes=short_end),
+            Case("spoken_short_camera", "speech", SHORT_QUESTION, short, (jpeg,), page_end_bytes=short_end),
+            Case("spoken_long", "speech", LONG_QUESTION, long, page_end_bytes=long_end),
+            Case("spoken_long_camera", "speech", LONG_QUESTION, long, (jpeg,), page_end_bytes=long_end),
+            Case("spoken_short_raw", "speech", SHORT_QUESTION, short, client="raw")]
 
 
 def typed_case() -> Case:

@@ -52,8 +52,15 @@ def print_run(r: dict) -> None:
             verdict += " (missed even at the low end of the 95 % interval)"
         else:
             verdict += " (the 95 % interval spans 10 ms: more turns needed to tell)"
-        print(f"all turns: overhead p50 {_p(o['all_turns_ms'])} ms (95 % CI {_ci(o.get('all_turns_p50_ci95_ms'))}), "
+        print(f"all turns of the page and typed clients ({', '.join(o['cases'])}): overhead p50 "
+              f"{_p(o['all_turns_ms'])} ms (95 % CI {_ci(o.get('all_turns_p50_ci95_ms'))}), "
               f"{ratio} of TTFA; target <= 10 ms and <= 5 %: {verdict}")
+        raw = o.get("raw_client")
+        if raw:
+            raw_ratio = "-" if raw["ratio_p50"] is None else f"{raw['ratio_p50'] * 100:.1f} %"
+            print(f"a client without its own VAD ({', '.join(raw['cases'])}; it streams while the answer is "
+                  f"prepared): overhead p50 {_p(raw['all_turns_ms'])} ms (95 % CI "
+                  f"{_ci(raw.get('all_turns_p50_ci95_ms'))}), {raw_ratio} of TTFA")
         print(f"outside synthesis (request, text relay, first chunk to the client): p50 "
               f"{_p(o.get('outside_synthesis_all_turns_ms'))} ms (95 % CI {_ci(o.get('outside_synthesis_p50_ci95_ms'))})")
         print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {_p(o['cpu_all_turns_ms'])} ms "

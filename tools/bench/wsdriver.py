@@ -3,6 +3,10 @@
 `TimedClient` is the protocol client with two additions: every item the reader receives carries its arrival
 time, and the audio it sends records when each frame left, so a spoken turn's client-side TTFA can start at the
 frame holding the end of speech the server's VAD found (not at a guess).
+
+A spoken turn starts, for the pipeline, at the first of: the client's `audio.end` (a "page" client's VAD heard
+the end) and the server's VAD deciding the end on its own (a "raw" client; a page's frames can also get there a
+moment before its `audio.end`).
 """
 
 from __future__ import annotations
@@ -37,16 +41,22 @@ class TimedTurn:
     error: str = ""
     llm_audio_wav: bytes = b""           # the utterance span the gateway cut (rebuilt from the VAD edges)
     mic_tail_ms: float = 0.0             # microphone audio sent after the server had ended the utterance
+    audio_end_sent: float | None = None  # "page" client: when its audio.end left
     images: int = 0
 
 
 class TimedClient(GatewayClient):
     """GatewayClient whose reader stamps each item with its arrival time (FIFO, so stamps stay aligned)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, client_vad: bool = False) -> None:
         super().__init__(url)
+        self.client_vad = client_vad
         self._stamps: deque[float] = deque()
         self.frame_sent: list[float] = []   # monotonic send time of each audio frame of the current turn
+
+    async def __aenter__(self) -> TimedClient:
+        await self.connect(client_vad=self.client_vad)
+        return self
 
     async def _read(self) -> None:
         assert self.ws is not None
@@ -77,7 +87,7 @@ async def run_turn(url: str, case: Case, timeout: float = 60.0, preroll_ms: floa
     """One turn of `case` on a fresh session (no history, so every turn sends the model the same content)."""
     turn = TimedTurn(case.name)
     try:
-        async with TimedClient(url) as client:
+        async with TimedClient(url, client_vad=case.client == "page") as client:
             await asyncio.wait_for(_turn(client, case, turn, timeout, preroll_ms), timeout + 30)
     except asyncio.TimeoutError:
         turn.outcome, turn.error = "timeout", f"no turn.done within {timeout:.0f} s"
@@ -97,9 +107,13 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
     else:
         for jpeg in case.jpegs:
             await client.send_jpeg(jpeg, ts0)
-        pcm = case.pcm16 + bytes(int(TRAILING_SILENCE_S * 16000) * 2)
-        sender = asyncio.create_task(client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent),
-                                     name="bench::send_audio")
+        if case.client == "page":
+            pcm = case.page_audio
+            sender = asyncio.create_task(_send_as_page(client, pcm, ts0, turn), name="bench::send_audio")
+        else:
+            pcm = case.pcm16 + bytes(int(TRAILING_SILENCE_S * 16000) * 2)
+            sender = asyncio.create_task(client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent),
+                                         name="bench::send_audio")
         sent_at = None
     started = ended = first_audio = None
     try:
@@ -143,5 +157,15 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
         turn.client_ttfa_ms = round((first_audio - sent_at) * 1000, 1)
         if "ttfa_ms" in turn.timings:
             turn.transport_ms = round(turn.client_ttfa_ms - turn.timings["ttfa_ms"], 1)
-        # Typed: the whole client TTFA. Spoken: minus the endpointing wait, i.e. from the turn's start.
-        turn.client_stage_ms = round(turn.client_ttfa_ms - turn.timings.get("endpoint_ms", 0.0), 1)
+        # Typed: the whole client TTFA. Spoken: from the turn's start (see the module's docstring).
+        started_at = sent_at + turn.timings.get("endpoint_ms", 0.0) / 1000
+        if turn.audio_end_sent is not None:
+            started_at = min(started_at, turn.audio_end_sent)
+        turn.client_stage_ms = round((first_audio - started_at) * 1000, 1)
+
+
+async def _send_as_page(client: TimedClient, pcm: bytes, ts0: float, turn: TimedTurn) -> None:
+    """The page's way: audio up to the frame where its VAD heard the end, then `audio.end` at once."""
+    await client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent)
+    turn.audio_end_sent = time.monotonic()
+    await client.send(type="audio.end")
