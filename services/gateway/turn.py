@@ -125,10 +125,11 @@ class Turn:
         metadata = (*logs.grpc_metadata(),)
         outcome, error = "stop", None
         try:
-            self._calls["tts"] = self.tts.SynthesizeStream(self._tts_requests(), timeout=self.settings.deadline_s,
-                                                           metadata=metadata)
+            # The llm's request first: its prefill is on the way to the first audio, the tts stream's set-up is not.
             self._calls["llm"] = self.llm.Generate(self._llm_request(), timeout=self.settings.deadline_s,
                                                    metadata=metadata)
+            self._calls["tts"] = self.tts.SynthesizeStream(self._tts_requests(), timeout=self.settings.deadline_s,
+                                                           metadata=metadata)
             results = await asyncio.gather(self._pump_llm(t0), self._pump_tts(t0), return_exceptions=True)
             for res in results:
                 if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
