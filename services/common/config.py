@@ -199,6 +199,12 @@ class GatewayConfig:
         "ms (0: one 32 ms window each), so the live microphone wakes the gateway and vad less while the first "
         "sentence is synthesised; speech in that time is detected up to this much later, none is lost.",
         lo=0, hi=1000)
+    health_poll_ms: int = setting(
+        "SOTTO_GATEWAY_HEALTH_POLL_MS", 1000,
+        "How often the gateway checks each model service's health, and each check's timeout (a hung service is "
+        "reported DOWN one to two intervals after it stops answering). Each check wakes about 40 gRPC threads in the gateway and in the service, which "
+        "on a 2-core machine slows speech synthesis; a longer interval trades later reports for fewer wake-ups.",
+        lo=100, hi=60000)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

@@ -17,19 +17,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 _LOGGER = logging.getLogger(__name__)
 
 PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService"}
-POLL_S = 1.0
 
 
 class Dependencies:
     """Channels to vad, llm and tts, with their health kept current."""
 
-    def __init__(self, addresses: dict[str, str], max_message_bytes: int) -> None:
+    def __init__(self, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0) -> None:
         # round_robin spreads calls over every address a name resolves to, so `dns:///llm:50052` with
         # `docker compose --scale llm=N` uses all replicas; with one address it behaves like pick_first.
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes),
                          ("grpc.lb_policy_name", "round_robin")]
         self.addresses = addresses
+        self.poll_s = poll_s  # SOTTO_GATEWAY_HEALTH_POLL_MS; also each check's timeout
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.status = {name: "UNKNOWN" for name in addresses}
         self.listeners: list[Callable[[str, str], None]] = []
@@ -43,7 +43,7 @@ class Dependencies:
         request = health_pb2.HealthCheckRequest(service=PROTO_NAMES[name])
         while True:
             try:
-                reply = await stub.Check(request, timeout=POLL_S)
+                reply = await stub.Check(request, timeout=self.poll_s)
                 status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
             except grpc.aio.AioRpcError:
                 status = "DOWN"
@@ -53,7 +53,7 @@ class Dependencies:
                 self.status[name] = status
                 for listener in list(self.listeners):
                     listener(name, status)
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(self.poll_s)
 
     async def start(self) -> None:
         """Open the channels inside the running loop (grpc.aio channels belong to the loop that made them)."""
