@@ -22,7 +22,8 @@ PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts"
 class Dependencies:
     """Channels to vad, llm and tts, with their health kept current."""
 
-    def __init__(self, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0) -> None:
+    def __init__(self, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0,
+                 hold: Callable[[], bool] = lambda: False) -> None:
         # round_robin spreads calls over every address a name resolves to, so `dns:///llm:50052` with
         # `docker compose --scale llm=N` uses all replicas; with one address it behaves like pick_first.
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
@@ -30,6 +31,11 @@ class Dependencies:
                          ("grpc.lb_policy_name", "round_robin")]
         self.addresses = addresses
         self.poll_s = poll_s  # SOTTO_GATEWAY_HEALTH_POLL_MS; also each check's timeout
+        # While `hold()` is true (a turn waits for its first audio), a check that is due waits one more interval.
+        # Each check wakes about 40 gRPC threads here and as many in the service; on a 2-core machine those
+        # wake-ups slowed the first sentence's synthesis by 15 ms p50 (docs/performance.md). A service that fails
+        # meanwhile fails the turn's own calls, which report it at once.
+        self.hold = hold
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.status = {name: "UNKNOWN" for name in addresses}
         self.listeners: list[Callable[[str, str], None]] = []
@@ -54,6 +60,8 @@ class Dependencies:
                 for listener in list(self.listeners):
                     listener(name, status)
             await asyncio.sleep(self.poll_s)
+            if self.hold():
+                await asyncio.sleep(self.poll_s)  # one interval later, not polled for: that would wake us too
 
     async def start(self) -> None:
         """Open the channels inside the running loop (grpc.aio channels belong to the loop that made them)."""

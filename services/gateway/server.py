@@ -95,7 +95,8 @@ def create_app(settings: config.Settings) -> web.Application:
         "vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
         "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
         "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port),
-    }, common.grpc_max_message_bytes, gw.health_poll_ms / 1000)
+    }, common.grpc_max_message_bytes, gw.health_poll_ms / 1000,
+        hold=lambda: any(session.awaiting_first_audio() for session in app[SESSIONS]))
     app[SESSIONS] = weakref.WeakSet()
     app[PER_CLIENT] = Counter()
     app[MODEL] = {}

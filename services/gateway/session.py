@@ -198,7 +198,7 @@ class Session:
         assert self.vad is not None
         self.vad.send(pcm, ts_ms, start)
 
-    def _awaiting_first_audio(self) -> bool:
+    def awaiting_first_audio(self) -> bool:
         """A turn is thinking (llm, first sentence's synthesis) and nobody is speaking: the CPU matters more than
         how soon new speech is noticed, since there is no answer playing to interrupt yet."""
         return (self.speech_start is None and self.turn is not None and self.turn_task is not None
@@ -265,7 +265,7 @@ class Session:
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
                                        min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
         self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure,
-                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self._awaiting_first_audio,
+                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self.awaiting_first_audio,
                            lambda: self.speech_start is not None)
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,

@@ -1,0 +1,57 @@
+"""The gateway's health checks of the model services: they keep going, and hold back while a turn waits for its
+first audio (each check wakes gRPC threads on both sides, which slows synthesis on a small machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from services.gateway.dependencies import PROTO_NAMES, Dependencies
+
+POLL_S = 0.2
+
+
+class _CountingHealth(health.aio.HealthServicer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks: list[float] = []
+
+    async def Check(self, request, context):  # noqa: N802 - the gRPC method's name
+        self.checks.append(time.monotonic())
+        return await super().Check(request, context)
+
+
+async def _watched(held: list[bool], seconds: float) -> list[float]:
+    """When the vad service was checked over `seconds`, with the hold as `held[0]` says."""
+    servicer = _CountingHealth()
+    await servicer.set(PROTO_NAMES["vad"], health_pb2.HealthCheckResponse.SERVING)
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    deps = Dependencies({"vad": f"127.0.0.1:{port}"}, 65536, POLL_S, hold=lambda: held[0])
+    try:
+        await deps.start()
+        await asyncio.sleep(seconds)
+        assert deps.status == {"vad": "SERVING"}
+    finally:
+        await deps.close()
+        await server.stop(None)
+    return servicer.checks
+
+
+async def test_checks_wait_one_more_interval_while_a_turn_waits_for_its_first_audio() -> None:
+    checks = await _watched([True], 2.0)
+    gaps = [b - a for a, b in zip(checks, checks[1:])]
+    assert len(checks) >= 2, "held checks must still happen"
+    assert min(gaps) >= 2 * POLL_S - 0.01, gaps  # never sooner than two intervals apart
+
+
+async def test_checks_come_every_interval_otherwise() -> None:
+    checks = await _watched([False], 2.0)
+    gaps = [b - a for a, b in zip(checks, checks[1:])]
+    # about 10; held, at most 1 + 2.0 / (2 * POLL_S) = 6
+    assert min(gaps) >= POLL_S - 0.01 and len(checks) >= 7, gaps
