@@ -202,9 +202,10 @@ class GatewayConfig:
     health_poll_ms: int = setting(
         "SOTTO_GATEWAY_HEALTH_POLL_MS", 1000,
         "How often the gateway checks each model service's health, and each check's timeout (a hung service is "
-        "reported DOWN one to two intervals after it stops answering). Each check wakes about 40 gRPC threads in the gateway and in the service, which "
-        "on a 2-core machine slows speech synthesis: while a turn waits for its first audio a due check waits one "
-        "more interval, and a longer interval trades later reports for fewer wake-ups.",
+        "reported DOWN one to two intervals after it stops answering). Each check wakes about 40 gRPC threads in "
+        "the gateway and in the service, which on a 2-core machine slows speech synthesis: while a turn waits for "
+        "its first audio a due check waits one more interval, and a longer interval trades later reports for "
+        "fewer wake-ups.",
         lo=100, hi=60000)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)

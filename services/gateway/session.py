@@ -204,7 +204,6 @@ class Session:
         return (self.speech_start is None and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
 
-
     async def _reset_vad(self) -> None:
         if self.vad is not None:
             await self.vad.reset()

@@ -2,8 +2,9 @@
 
 The servicer only translates between protobuf and ``services.vad.engine``: the first message
 carries the settings, every message may carry audio and the client's end of speech (which
-closes an open segment at once), and each engine event becomes a ``VadEvent``. Small chunks are endpointed on the event loop, large ones on the model's
-single inference thread (see ``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
+closes an open segment at once), and each engine event becomes a ``VadEvent``. Small chunks
+are endpointed on the event loop, large ones on the model's single inference thread (see
+``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
 frees its state at once.
 """
 
