@@ -51,7 +51,7 @@ def speech_timeline(path: Path, utterances: Sequence[tuple[float, str]], total_s
         w.setsampwidth(2)
         w.setframerate(rate)
         w.writeframes(timeline.tobytes())
-    subprocess.run([_require("sox"), str(raw), "-r", "48000", "-b", "16", "-c", "1", str(path)], check=True)
+    subprocess.run([_require("sox"), "-R", str(raw), "-r", "48000", "-b", "16", "-c", "1", str(path)], check=True)
     return ends
 
 

@@ -147,12 +147,13 @@ def audio_start_s(events: list[dict], timeline: Timeline) -> float | None:
     return round((audio["t"] - file_origin_ms) / 1000, 2)
 
 
-# The first answer plays (the worklet's counter rises), or it is over without a sound (nothing speakable).
-_PLAYING_OR_SILENT = """() => {
+# The first answer plays (the worklet's counter rises), or it is over for this attempt: answered without a sound,
+# or the user cut in before the page had seen it play (the cut-in came too early).
+_PLAYING_OR_OVER = """() => {
   const d = window.sottoDebug;
   if (d.state === "speaking" && d.playedSamples > 4800) return true;
-  return d.state === "listening" && d.events.some(e => e.dir === "in" && e.type === "turn.done")
-    && !d.events.some(e => e.type === "state" && e.state === "speaking");
+  if (d.events.some(e => e.dir === "out" && e.type === "interrupt")) return true;
+  return d.state === "listening" && d.events.some(e => e.dir === "in" && e.type === "turn.done");
 }"""
 
 # The page sent `interrupt`, or it went back to listening after speaking without one.
@@ -163,6 +164,19 @@ _CUT_IN_OR_OVER = """() => {
   return states.indexOf("listening", states.indexOf("speaking")) > states.indexOf("speaking")
     && states.includes("speaking");
 }"""
+
+
+def first_answer_over(events: list[dict], timeline: Timeline, early: bool) -> AnswerEnded:
+    """Why there is nothing to barge in on, with where that answer's audio began for the next attempt."""
+    began = audio_start_s(events, timeline)
+    if early:
+        what = "the user cut in before the page had played 0.2 s of the first answer"
+    elif began is not None:
+        what = "the first answer was over before the page had played 0.2 s of it"
+    else:
+        done = next(e for e in events if e["dir"] == "in" and e["type"] == "turn.done")
+        what = f"the first answer had no audio ({len(done['text'])} characters, {done['finish_reason']})"
+    return AnswerEnded(what, began, early)
 
 
 async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path,
@@ -180,14 +194,11 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
             await page.get_by_role("button", name="Start").click()
 
             # The first answer plays: the worklet's played-sample counter rises.
-            await page.wait_for_function(_PLAYING_OR_SILENT, timeout=30_000 * wait)
-            if await debug(page, "state") != "speaking":
-                events = await debug(page, "events")
-                done = [e for e in events if e["type"] == "turn.done"]
-                early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
-                raise AnswerEnded(f"the first answer had no audio ({len(done[0]['text'])} characters, "
-                                  f"{done[0]['finish_reason']}{', the user cut in before it' if early else ''})",
-                                  early=early)
+            await page.wait_for_function(_PLAYING_OR_OVER, timeout=30_000 * wait)
+            events = await debug(page, "events")
+            early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
+            if early or await debug(page, "state") != "speaking":
+                raise first_answer_over(events, timeline, early)
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)

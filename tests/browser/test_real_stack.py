@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ATTEMPTS = 12  # each failed attempt costs about 15 s
 CUT_IN_LEAD_S = 0.4  # the cut-in starts this long after the answer's audio began (the page confirms speech ~0.2 s on)
+CUT_IN_STEP_S = 0.3  # a cut-in that came before the page had played the answer moves at least this much later
 # Up to about 16 s of speech from the tiny model's random characters, still being synthesised when the user cuts
 # in. Top-k 5 (instead of 40): measured on this question, two in three answers then run 65 characters or more,
 # against one in three with top-k 40 (the others end after 0-18 characters).
@@ -70,7 +71,10 @@ def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: 
             except page_driver.AnswerEnded as exc:
                 earliest = ends[timeline.speech[0][1]] + 1.0  # after the question and its endpointing
                 if exc.audio_start_s is not None:
-                    timeline = page_driver.with_cut_in(timeline, max(earliest, exc.audio_start_s + CUT_IN_LEAD_S))
+                    at = max(earliest, exc.audio_start_s + CUT_IN_LEAD_S)
+                    if exc.early:  # the page had not played it yet: later than last time, whatever the estimate
+                        at = max(at, timeline.speech[1][0] + CUT_IN_STEP_S)
+                    timeline = page_driver.with_cut_in(timeline, at)
                 elif exc.early:
                     timeline = page_driver.with_cut_in(timeline, timeline.speech[1][0] + 1.0)
                 print(f"attempt {attempt}: {exc}; a new page, cut-in at {timeline.speech[1][0]:.2f} s")
