@@ -166,8 +166,12 @@ _CUT_IN_OR_OVER = """() => {
 }"""
 
 
-def first_answer_over(events: list[dict], timeline: Timeline, early: bool) -> AnswerEnded:
-    """Why there is nothing to barge in on, with where that answer's audio began for the next attempt."""
+def first_answer_over(events: list[dict], timeline: Timeline, state: str) -> AnswerEnded | None:
+    """Why there is nothing to barge in on, with where that answer's audio began for the next attempt; None
+    while the first answer plays and the user has not cut in."""
+    early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
+    if state == "speaking" and not early:
+        return None
     began = audio_start_s(events, timeline)
     if early:
         what = "the user cut in before the page had played 0.2 s of the first answer"
@@ -195,10 +199,9 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
 
             # The first answer plays: the worklet's played-sample counter rises.
             await page.wait_for_function(_PLAYING_OR_OVER, timeout=30_000 * wait)
-            events = await debug(page, "events")
-            early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
-            if early or await debug(page, "state") != "speaking":
-                raise first_answer_over(events, timeline, early)
+            over = first_answer_over(await debug(page, "events"), timeline, await debug(page, "state"))
+            if over is not None:
+                raise over
             played = [await debug(page, "playedSamples")]
             for _ in range(3):
                 await asyncio.sleep(0.3)

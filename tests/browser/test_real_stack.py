@@ -3,10 +3,11 @@ model) and tts (Kokoro ONNX), with the fake microphone and camera of the other b
 
 Timeline (page_driver.REAL): a question at 4 s; the user talks over the answer about half a second after it begins
 to play; then types a message. The tiny model writes random characters and may end its turn after a few of them
-(or write nothing speakable); when its first answer has no audio, is over before the user cuts in, or is already
-complete on the server (leaving nothing to cancel), there is nothing to barge in on, and the conversation is run
-again with a new page (at most ATTEMPTS times, each attempt and its reason printed). When the answer was early or
-late for the cut-in, the next attempt moves the cut-in to CUT_IN_LEAD_S after where that answer's audio began.
+(or write nothing speakable); when its first answer has no audio, is over before the user cuts in, is cut in on
+before the page has played 0.2 s of it, or is already complete on the server (leaving nothing to cancel), there
+is nothing to barge in on, and the conversation is run again with a new page (at most ATTEMPTS times, each attempt
+and its reason printed). When the answer was early or late for the cut-in, the next attempt moves the cut-in to
+CUT_IN_LEAD_S after where that answer's audio began (and at least CUT_IN_STEP_S later after a cut-in too early).
 """
 
 from __future__ import annotations
