@@ -207,14 +207,6 @@ class GatewayConfig:
         "its first audio a due check waits one more interval, and a longer interval trades later reports for "
         "fewer wake-ups.",
         lo=100, hi=60000)
-    tts_text_hold_ms: int = setting(
-        "SOTTO_GATEWAY_TTS_TEXT_HOLD_MS", 200,
-        "After the reply's first sentence, its tokens go to the tts in fewer messages: mid-clause words are held "
-        "until a clause mark (. , ; : ! ? dash, quote, bracket, line break) arrives, or for at most this long "
-        "(checked as each token arrives), so the tts is woken less while it synthesises. The first sentence, each "
-        "mark and the word after it are never held, so speech starts no later (0: every token at once). The "
-        "page's text is not held.",
-        lo=0, hi=2000)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

@@ -284,8 +284,7 @@ class Session:
                 await asyncio.wait_for(asyncio.shield(self.turn_task), INTERRUPT_WAIT_S)
         assert self.start is not None
         settings = TurnSettings(self.gw.system_prompt, self.start.voice or self.gw.voice, self.start.language,
-                                self.gw.request_timeout_ms / 1000.0, self.gw.turn_deadline_ms / 1000.0,
-                                self.gw.tts_text_hold_ms / 1000.0)
+                                self.gw.request_timeout_ms / 1000.0, self.gw.turn_deadline_ms / 1000.0)
         history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
         self.turn = Turn(inp, settings, list(history), self.llm, self.tts, self.id, self.send)
         self._set_state(State.THINKING, inp.source)

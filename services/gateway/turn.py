@@ -18,7 +18,6 @@ import grpc
 from services.common import logs
 from services.gateway import metrics
 from services.gateway.protocol import FrameKind, event, pack_frame
-from services.gateway.text_hold import TextHold
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -46,7 +45,6 @@ class TurnSettings:
     language: str
     request_timeout_s: float
     deadline_s: float
-    tts_text_hold_s: float = 0.0
 
 
 @dataclass
@@ -88,9 +86,7 @@ class Turn:
         self._calls: dict[str, grpc.aio.Call] = {}
         self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._tts_text_ended = False
-        self._tts_hold = TextHold(settings.tts_text_hold_s)
         self._text = ""
-        self._tts_chars = 0
         self._fed: list[tuple[int, float]] = []  # (chars fed to tts so far, when)
         self._sentences: dict[int, _Sentence] = {}
         self._samples_sent = 0
@@ -207,23 +203,17 @@ class Turn:
                     if "first_token_ms" not in self._timings:
                         self._timings["first_token_ms"] = _ms(time.monotonic() - t0)
                     self._text += message.text_delta
-                    self._feed_tts(self._tts_hold.push(message.text_delta))
+                    self._fed.append((len(self._text), time.monotonic()))
+                    self._tts_queue.put_nowait(message.text_delta)
                     self.send(event("text.delta", turn_id=self.inp.turn_id, text=message.text_delta), self)
                 message = await call.read()
         finally:
             self._llm_finished.set()
             self._end_tts_text()
 
-    def _feed_tts(self, piece: str) -> None:
-        if piece:
-            self._tts_chars += len(piece)
-            self._fed.append((self._tts_chars, time.monotonic()))
-            self._tts_queue.put_nowait(piece)
-
     def _end_tts_text(self) -> None:
         if not self._tts_text_ended:
             self._tts_text_ended = True
-            self._feed_tts(self._tts_hold.flush())
             self._tts_queue.put_nowait(None)
 
     async def _pump_tts(self, t0: float) -> None:

@@ -93,7 +93,6 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
     chunk_delay_s: float = 0.005
     cancelled: int = 0
     texts: list[str] = field(default_factory=list)
-    pieces: list[str] = field(default_factory=list)  # each text message as it arrived
 
     async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
         text, done_upto, index, offset = "", 0, 0, 0
@@ -102,7 +101,6 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
                 if req.WhichOneof("item") != "text":
                     continue
                 text += req.text
-                self.pieces.append(req.text)
                 while (end := _sentence_end(text, done_upto)) is not None:
                     async for chunk in self._speak(text, done_upto, end, index, offset):
                         offset += 2048

@@ -7,7 +7,6 @@ import io
 
 import grpc
 import numpy as np
-import pytest
 from PIL import Image
 
 from services.common.audio import read_wav
@@ -47,32 +46,6 @@ async def test_the_last_sentence_is_spoken_once_the_reply_is_complete_not_when_t
     assert done["text"] == "Hello there"
     # audio began while the llm call was still open after its `done`, not 1.5 s later when it closed
     assert done["timings"]["first_audio_ms"] < done["timings"]["total_ms"] - 1000, (started, done["timings"])
-
-
-REPLY_TOKENS = ["Hi", ".", " The", " mug", " on", " the", " left", " is", " red", " and", " the", " cup", " is",
-                " blue", "."]
-
-
-@pytest.mark.parametrize("stack", [{"tts_text_hold_ms": 2000}], indirect=True)  # longer than the whole reply
-async def test_the_tts_gets_the_reply_in_fewer_messages_and_the_page_gets_every_token(stack, connect) -> None:
-    stack.llm.deltas = REPLY_TOKENS
-    client = await connect()
-    await client.send(type="text", text="What is on my desk?")
-    done = await client.wait_for("turn.done")
-    assert done["text"] == "".join(REPLY_TOKENS) and done["heard_text"] == done["text"]
-    assert [e["text"] for e in client.events if e["type"] == "text.delta"] == REPLY_TOKENS
-    # the first sentence token by token; the rest, mid-clause words, held until its full stop
-    assert stack.tts.pieces == ["Hi", ".", " The", " mug on the left is red and the cup is blue."]
-    assert stack.tts.texts == [done["text"]]
-
-
-@pytest.mark.parametrize("stack", [{"tts_text_hold_ms": 0}], indirect=True)
-async def test_with_no_hold_the_tts_gets_every_token_as_it_comes(stack, connect) -> None:
-    stack.llm.deltas = REPLY_TOKENS
-    client = await connect()
-    await client.send(type="text", text="What is on my desk?")
-    await client.wait_for("turn.done")
-    assert stack.tts.pieces == REPLY_TOKENS
 
 
 async def test_spoken_turn_sends_the_utterance_and_keyframes(stack, connect) -> None:
