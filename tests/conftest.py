@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.vad.speech import speak
+from tools.speech import speak
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from tools.bench import stats
 from tools.bench.__main__ import main
 from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
 from tools.bench.wsdriver import TRAILING_SILENCE_S
-from tests.vad.speech import speak
+from tools.speech import speak
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.browser import media_fixtures, page_checks, page_driver
-from tests.e2e.conftest import RealStack, start_stack, stop_stack
+from tools.stack import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

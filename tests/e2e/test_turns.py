@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from services.gateway.client import GatewayClient
-from tests.e2e.conftest import RealStack
+from tools.stack import RealStack
 
 
 def camera_jpeg(seed: int = 0) -> bytes:

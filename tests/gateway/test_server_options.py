@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tests.helpers import free_port, wait_until
+from tools.stack import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 

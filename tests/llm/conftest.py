@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from services.common.audio import wav_bytes
-from tests.vad.speech import speak
+from tools.speech import speak
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 TINY_MM = FIXTURES / "tiny-gemma4-mm.litertlm"

@@ -21,8 +21,9 @@ from services.llm.admission import Admission
 from services.llm.engine import Finished, FinishReason, TextDelta
 from services.llm.server import LlmServicer, SamplingDefaults
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
-from tests.helpers import eventually, free_port, metric
+from tests.helpers import eventually, metric
 from tests.llm.conftest import TINY_MM, image_bytes
+from tools.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

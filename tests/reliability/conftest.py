@@ -18,8 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.e2e.conftest import RealStack, start_stack, stop_stack
-from tests.helpers import wait_until
+from tools.stack import RealStack, start_stack, stop_stack, wait_until
 
 REQUEST_TIMEOUT_MS = 10000  # tts takes seconds for a first sentence on this shared 2-core box
 SERVICES = ("vad", "llm", "tts", "gateway")

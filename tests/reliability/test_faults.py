@@ -15,8 +15,8 @@ import time
 import pytest
 
 from services.gateway.client import GatewayClient
-from tests.e2e.conftest import RealStack
 from tests.reliability.conftest import REQUEST_TIMEOUT_MS, kill, pids, restarts, wait_restarted
+from tools.stack import RealStack
 
 DEADLINE_S = REQUEST_TIMEOUT_MS / 1000
 SLACK_S = 2.0          # event-loop and loopback latency on a shared 2-core box

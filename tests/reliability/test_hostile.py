@@ -27,9 +27,8 @@ from services.common.audio import wav_bytes
 from services.gateway.client import GatewayClient
 from services.gateway.protocol import FrameKind, pack_frame
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
-from tests.e2e.conftest import ROOT, RealStack
-from tests.helpers import free_port
 from tests.reliability.conftest import pids, rss_kb
+from tools.stack import ROOT, RealStack, free_port
 
 GATEWAY_RSS_BOUND_MB = 15  # growth allowed, after warm-up, over a barrage of bombs, oversize frames and floods
 RPC_TIMEOUT_S = 30

@@ -19,9 +19,8 @@ import yaml
 from services.common import config
 from services.gateway.client import GatewayClient
 from services.gateway.server import check_exposure
-from tests.e2e.conftest import ROOT, RealStack
-from tests.helpers import free_port
 from tests.reliability.conftest import pids
+from tools.stack import ROOT, RealStack, free_port
 
 # Distinctive words no model, log template or library would produce by chance.
 TYPED_SECRET = "quokkaxylophone"

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from services.gateway.client import GatewayClient
-from tests.e2e.conftest import RealStack
 from tests.e2e.test_turns import camera_jpeg
 from tests.reliability.conftest import open_fds, pids, rss_kb
+from tools.stack import RealStack
 
 SOAK_S = float(os.environ.get("SOTTO_SOAK_SECONDS", "1200"))
 SAMPLE_EVERY_S = 5.0

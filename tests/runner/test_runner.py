@@ -18,7 +18,7 @@ import grpc
 import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from tests.helpers import free_port, wait_until
+from tools.stack import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("vad", "llm", "tts")

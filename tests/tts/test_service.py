@@ -20,7 +20,8 @@ from services.common import audio, config
 from services.tts.engine import CHUNK_SAMPLES
 from services.tts.server import TtsServicer
 from sotto.v1 import tts_pb2, tts_pb2_grpc
-from tests.helpers import eventually, free_port, metric, wait_until
+from tests.helpers import eventually, metric
+from tools.stack import free_port, wait_until
 
 VOICE = tts_pb2.VoiceConfig(voice="jf_alpha", language="en-us")
 LONG = ("This is a long answer that goes on for quite a while, so that the engine has plenty of work "

@@ -1,8 +1,9 @@
 import pytest
 
 from services.vad.engine import SileroVad
+from tools.speech import speak
 
-from .speech import UTTERANCES, speak
+from .speech import UTTERANCES
 
 
 @pytest.fixture(scope="session")

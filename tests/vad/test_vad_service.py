@@ -16,8 +16,9 @@ from services.vad.client import stream_pcm
 from services.vad.engine import SpeechEventKind, VadSettings
 from services.vad.server import VadServicer
 from sotto.v1 import vad_pb2, vad_pb2_grpc
+from tools.speech import write_wav
 
-from .speech import compose, write_wav
+from .speech import compose
 from .test_vad_engine import GAPS_S, TOLERANCE_MS, run
 
 EPOCH_MS = 1_796_000_000_000  # capture clock of the fake microphone

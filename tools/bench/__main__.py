@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load_only(args: argparse.Namespace) -> int:
-    from tests.e2e.conftest import start_stack, stop_stack
+    from tools.stack import start_stack, stop_stack
     from tools.bench.fixtures import LOAD_QUESTION, Case
     from tools.bench.load import plot, run_levels
     from tools.bench.run import LOAD_ENV, instruct_model

@@ -17,7 +17,7 @@ from PIL import Image
 
 from services.gateway.client import FRAME_MS
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
-from tests.vad.speech import speak
+from tools.speech import speak
 
 SHORT_QUESTION = "What is the capital of France?"
 LONG_QUESTION = ("I am standing in my kitchen and I would like to cook something quick for dinner tonight, "

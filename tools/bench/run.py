@@ -24,13 +24,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from services.llm import bench as llm_bench
-from tests.e2e.conftest import TINY_LLM, model_dir, start_stack, stop_stack
 from tools.bench import components, legs, procs, stats
 from tools.bench.direct import DirectPath
 from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
 from tools.bench.load import plot, run_levels
 from tools.bench.report import print_run
 from tools.bench.wsdriver import run_turn
+from tools.stack import TINY_LLM, model_dir, start_stack, stop_stack
 
 TARGET_OVERHEAD_MS = 10.0
 # Short replies keep the first sentence short: on a slow, shared CPU a long first sentence makes synthesis
