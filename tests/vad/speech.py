@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 UTTERANCES = (
     ("en-us", "Hello there, could you tell me what the weather is like today?"),
     ("en-gb", "Please turn the kitchen lights off."),
