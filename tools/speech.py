@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import wave
 from pathlib import Path
 
 import numpy as np
+
+from services.common.audio import read_wav, wav_bytes
 
 _SILENT = 64  # |sample| at or below this counts as espeak's own silence (about -54 dBFS)
 
@@ -21,18 +22,8 @@ def require_tools() -> None:
         raise RuntimeError(f"{', '.join(missing)} missing: apt-get install -y espeak-ng sox (make system-deps)")
 
 
-def read_wav(path: Path) -> tuple[np.ndarray, int]:
-    with wave.open(str(path)) as wav:
-        assert wav.getsampwidth() == 2 and wav.getnchannels() == 1
-        return np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").copy(), wav.getframerate()
-
-
 def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
-    with wave.open(str(path), "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(rate)
-        wav.writeframes(samples.astype("<i2").tobytes())
+    path.write_bytes(wav_bytes(samples.astype("<i2").tobytes(), rate))
     return path
 
 
@@ -45,6 +36,10 @@ def speak(text: str, voice: str, rate: int, workdir: Path) -> np.ndarray:
     # -R: the same dither every run; unseeded, about 1 in 300 copies of the first utterance ends a turn at its
     # comma with a 150 ms minimum silence, and a fixture must not change between runs
     subprocess.run(["sox", "-R", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(resampled)], check=True)
-    samples, _ = read_wav(resampled)
+    wav = read_wav(resampled.read_bytes())
+    if (wav.sample_width, wav.channels, wav.sample_rate) != (2, 1, rate):
+        raise RuntimeError(f"sox wrote {resampled} as {wav.sample_width * 8}-bit, {wav.channels} channel(s), "
+                           f"{wav.sample_rate} Hz; asked for 16-bit mono {rate} Hz")
+    samples = np.frombuffer(wav.pcm, dtype="<i2").copy()
     loud = np.flatnonzero(np.abs(samples.astype(np.int32)) > _SILENT)
     return samples[loud[0] : loud[-1] + 1]

@@ -50,13 +50,14 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+    """The predicate's first truthy value, polled every `interval` s; TimeoutError after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,15 +117,15 @@ def stack_env(run_dir: Path, **extra: str) -> tuple[dict[str, str], dict[str, in
 
 def start_stack(run_dir: Path, **extra: str) -> RealStack:
     env, ports = stack_env(run_dir, **extra)
-    out = open(run_dir / "runner.out", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "tools.runner", "up"], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT)
+    with open(run_dir / "runner.out", "w") as out:  # the runner keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "tools.runner", "up"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     stack = RealStack(f"ws://127.0.0.1:{ports['SOTTO_GATEWAY_PORT']}/ws",
                       f"http://127.0.0.1:{ports['SOTTO_GATEWAY_PORT']}", ports, env, run_dir, proc)
 
     def healthy() -> bool:
         if proc.poll() is not None:
-            raise AssertionError("the runner exited:\n" + (run_dir / "runner.out").read_text()[-4000:])
+            raise RuntimeError("the runner exited:\n" + (run_dir / "runner.out").read_text()[-4000:])
         try:
             body = urllib.request.urlopen(f"{stack.http_url}/healthz", timeout=2).read()
         except OSError:
