@@ -63,23 +63,21 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     after_done_s: float = 0.0  # how long the call stays open after `done`
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
-    cancelled: int = 0
+    cancelled: int = 0  # calls that ended before their handler finished (see count_unfinished)
 
     async def Generate(self, request, context) -> AsyncIterator[llm_pb2.GenerateEvent]:
         self.requests.append(request)
         if self.fail_with is not None:
             await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
-        try:
-            await asyncio.sleep(self.first_delay_s)
-            for delta in self.deltas:
-                yield llm_pb2.GenerateEvent(text_delta=delta)
-                await asyncio.sleep(self.delta_delay_s)
-            yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP,
-                                                                  text="".join(self.deltas)))
-            await asyncio.sleep(self.after_done_s)
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
+        finished = count_unfinished(self, context)
+        await asyncio.sleep(self.first_delay_s)
+        for delta in self.deltas:
+            yield llm_pb2.GenerateEvent(text_delta=delta)
+            await asyncio.sleep(self.delta_delay_s)
+        yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP,
+                                                              text="".join(self.deltas)))
+        await asyncio.sleep(self.after_done_s)
+        finished.set()
 
     async def GetModelInfo(self, request, context) -> llm_pb2.ModelInfo:
         return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=True, image_input=True)
@@ -91,28 +89,26 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
 
     chunks_per_sentence: int = 2
     chunk_delay_s: float = 0.005
-    cancelled: int = 0
+    cancelled: int = 0  # as FakeLlm.cancelled
     texts: list[str] = field(default_factory=list)
 
     async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
+        finished = count_unfinished(self, context)
         text, done_upto, index, offset = "", 0, 0, 0
-        try:
-            async for req in request_iterator:
-                if req.WhichOneof("item") != "text":
-                    continue
-                text += req.text
-                while (end := _sentence_end(text, done_upto)) is not None:
-                    async for chunk in self._speak(text, done_upto, end, index, offset):
-                        offset += 2048
-                        yield chunk
-                    done_upto, index = end, index + 1
-            if text[done_upto:].strip():
-                async for chunk in self._speak(text, done_upto, len(text), index, offset):
+        async for req in request_iterator:
+            if req.WhichOneof("item") != "text":
+                continue
+            text += req.text
+            while (end := _sentence_end(text, done_upto)) is not None:
+                async for chunk in self._speak(text, done_upto, end, index, offset):
+                    offset += 2048
                     yield chunk
-            self.texts.append(text)
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
+                done_upto, index = end, index + 1
+        if text[done_upto:].strip():
+            async for chunk in self._speak(text, done_upto, len(text), index, offset):
+                yield chunk
+        self.texts.append(text)
+        finished.set()
 
     async def _speak(self, text: str, start: int, end: int, index: int, offset: int) -> AsyncIterator:
         pcm = (np.sin(np.arange(2048) / 8) * 8000).astype("<i2").tobytes()
@@ -125,6 +121,21 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
     async def ListVoices(self, request, context) -> tts_pb2.ListVoicesResponse:
         return tts_pb2.ListVoicesResponse(voices=[tts_pb2.Voice(name="af_heart", language="en-us")],
                                           default_voice="af_heart")
+
+
+def count_unfinished(servicer: FakeLlm | FakeTts, context: grpc.aio.ServicerContext) -> asyncio.Event:
+    """Adds one to `servicer.cancelled` if the call ends before the returned event is set.
+
+    Counted from the call's end, not from a CancelledError in the handler: a cancel that lands while the handler
+    waits at a `yield` (gRPC writing its message) is never raised inside it, and `context.cancelled()` is still
+    False when the done callback runs (grpc 1.85)."""
+    finished = asyncio.Event()
+
+    def note_end(_context: grpc.aio.ServicerContext) -> None:
+        servicer.cancelled += not finished.is_set()
+
+    context.add_done_callback(note_end)
+    return finished
 
 
 def _sentence_end(text: str, start: int) -> int | None:

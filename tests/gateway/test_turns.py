@@ -14,6 +14,7 @@ from services.gateway.protocol import HEADER, FrameKind, pack_frame
 from sotto.v1 import vad_pb2_grpc
 from tests.gateway.conftest import silence, speech
 from tests.gateway.fakes import FakeVad, start_fake
+from tests.helpers import eventually
 
 
 def jpeg(color: tuple[int, int, int], size: tuple[int, int] = (64, 48)) -> bytes:
@@ -87,7 +88,7 @@ async def test_barge_in_stops_audio_cancels_calls_and_keeps_only_what_was_heard(
     late = [t for t, _ in client.frames if t > t_interrupt + 0.1]
     assert not late, f"{len(late)} audio frames arrived more than 100 ms after the interrupt"
     assert done["interrupted"] and done["finish_reason"] == "interrupted"
-    assert stack.tts.cancelled == 1
+    assert await eventually(lambda: stack.tts.cancelled, 2.0, "the cancel to reach the tts service") == 1
     assert done["heard_text"] and done["heard_text"] != done["text"]
     assert "Hello" in done["heard_text"] and "How" not in done["heard_text"]
     await client.send(type="text", text="Go on.")
@@ -126,7 +127,8 @@ async def test_llm_that_never_answers_times_out_within_the_request_timeout(stack
     assert err["code"] == "timeout"
     assert loop.time() - t0 < stack.settings.gateway.request_timeout_ms / 1000 + 0.5
     await asyncio.sleep(0.2)
-    assert stack.llm.cancelled == 1  # the call was cancelled, not abandoned
+    # the call was cancelled, not abandoned
+    assert await eventually(lambda: stack.llm.cancelled, 2.0, "the cancel to reach the llm service") == 1
 
 
 async def test_stalled_utterance_is_dropped_with_an_error(stack, connect) -> None:
@@ -173,7 +175,7 @@ async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stac
     await asyncio.sleep(0.3)
     assert started and done["interrupted"] and done["finish_reason"] == "interrupted"
     assert not [t for t, _ in client.frames if t > heard_at + 0.1]
-    assert stack.tts.cancelled == 1
+    assert await eventually(lambda: stack.tts.cancelled, 2.0, "the cancel to reach the tts service") == 1
 
 
 async def test_while_a_turn_thinks_the_microphone_reaches_the_vad_in_fewer_messages(stack, connect) -> None:
