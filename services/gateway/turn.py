@@ -197,6 +197,10 @@ class Turn:
                     self._finish = llm_pb2.FinishReason.Name(done.finish_reason).lower()
                     self._timings["llm_queue_ms"] = round(done.timings.queue_wait_ms, 1)
                     self._timings["llm_decode_tokens"] = done.timings.decode_tokens
+                    if done.timings.time_to_first_token_ms:
+                        # The engine's own prefill inside the llm service: first_token_ms minus this and the
+                        # queue wait is what the hops to the llm and back cost this turn.
+                        self._timings["llm_engine_first_token_ms"] = round(done.timings.time_to_first_token_ms, 1)
                     # The reply is complete: its last sentence can be spoken now, not after the call's status.
                     self._end_tts_text()
                 elif message.text_delta:

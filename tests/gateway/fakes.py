@@ -74,7 +74,8 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         for delta in self.deltas:
             yield llm_pb2.GenerateEvent(text_delta=delta)
             await asyncio.sleep(self.delta_delay_s)
-        yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP,
+        timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.first_delay_s * 1000 + 1)
+        yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP, timings=timings,
                                                               text="".join(self.deltas)))
         await asyncio.sleep(self.after_done_s)
         finished.set()

@@ -31,7 +31,10 @@ async def test_typed_turn_streams_text_then_audio_in_order(stack, connect) -> No
     assert types[:3] == ["session.ready", "turn.started", "text.delta"]
     assert types.index("audio.start") < types.index("audio.done") < types.index("turn.done")
     assert done["text"] == "Hello there. How are you?" and done["finish_reason"] == "stop"
-    assert done["timings"]["ttfa_ms"] > 0 and "first_token_ms" in done["timings"]
+    timings = done["timings"]
+    assert timings["ttfa_ms"] > 0 and timings["llm_queue_ms"] == 0.5
+    # the llm's own first-token time is passed on beside the gateway's, which also holds the hops
+    assert timings["llm_engine_first_token_ms"] == 1.0 < timings["first_token_ms"]
     kinds = {HEADER.unpack_from(f)[0] for _, f in client.frames}
     assert kinds == {FrameKind.AUDIO_OUT} and len(client.frames) == 4
     assert stack.llm.requests[0].user.text == "Hi!"
