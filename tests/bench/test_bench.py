@@ -4,6 +4,8 @@ quick components) whose JSON must hold every figure the full run reports."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -69,10 +71,13 @@ def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
 
 def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     out = tmp_path / "results"
+    work_dirs = set(Path(tempfile.gettempdir()).glob("sotto-bench-*"))
     assert main(["run", "--turns", "1", "--levels", "1,2", "--load-turns", "1", "--cases",
                  "spoken_short_camera,spoken_short_raw", "--quick-components", "--out", str(out)]) == 0
     [path] = out.glob("*[0-9].json")
     r = json.loads(path.read_text())
+    # the fixtures and the stacks' logs are gone after a run that went well
+    assert set(Path(tempfile.gettempdir()).glob("sotto-bench-*")) == work_dirs and "work_dir" not in r
     assert {"cpu", "cores", "load_average", "load_average_end"} <= r["machine"].keys()
     assert r["command"].startswith("python -m tools.bench run") and r["wall_s"] > 0
     assert set(r["cases"]) == {"spoken_short_camera", "spoken_short_raw", "typed"}
@@ -89,6 +94,12 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert row["tts_service_first_chunk_ms"] > 50 and s["tts_synthesis_slowdown_ms"]["n"] == 1
         assert s["overhead_ratio_p50"] is not None and isinstance(s["overhead_met"], bool)
         assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
+        # the first token's overhead splits into the engine's own gap and the hops, and the two add up
+        timings = row["stack"]["timings"]
+        assert timings["llm_engine_first_token_ms"] > 0 and row["direct"]["engine_first_token_ms"] > 0
+        first_token_overhead = (timings["first_token_ms"] - timings["llm_queue_ms"]
+                                - row["direct"]["first_token_ms"])
+        assert abs(row["llm_engine_gap_ms"] + row["first_token_hops_ms"] - first_token_overhead) <= 0.3
         assert case["load_average"]
     for name in ("spoken_short_camera", "spoken_short_raw"):
         assert r["cases"][name]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
@@ -104,6 +115,7 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     assert {"all_turns_ms", "ratio_p50", "per_case", "cpu_all_turns_ms", "met"} <= o.keys()
     assert o["cases"] == ["spoken_short_camera", "typed"] and o["raw_client"]["cases"] == ["spoken_short_raw"]
     assert o["outside_synthesis_all_turns_ms"]["n"] == 2  # one page spoken turn, one typed turn
+    assert o["llm_engine_gap_all_turns_ms"]["n"] == o["first_token_hops_all_turns_ms"]["n"] == 2
     assert o["raw_client"]["all_turns_ms"]["n"] == 1 and set(o["per_case"]) == set(r["cases"])
     assert o["all_turns_p50_ci95_ms"][0] <= o["all_turns_ms"]["p50"] <= o["all_turns_p50_ci95_ms"][1]
     levels = r["load"]["levels"]

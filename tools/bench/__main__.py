@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="only these spoken cases (spoken_short, spoken_short_camera, spoken_long, "
                           "spoken_long_camera, spoken_short_raw); the typed case always runs")
     run.add_argument("--quick-components", action="store_true", help="small component sizes (the bench's test)")
+    run.add_argument("--keep-work", action="store_true",
+                     help="keep the fixtures and the stacks' logs (kept anyway when the run fails)")
     load = sub.add_parser("load", help="only the load levels (typed turns on the text stack)")
     load.add_argument("--levels", type=_levels, default=(1, 2, 4, 8))
     load.add_argument("--load-turns", type=int, default=2)
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         bench_run.run(args.turns, args.levels, args.load_turns, args.load_bound_s, args.out, args.timeout,
                       components_on=not args.no_components, spoken_on=not args.no_spoken,
-                      case_names=args.cases, quick_components=args.quick_components)
+                      case_names=args.cases, quick_components=args.quick_components, keep_work=args.keep_work)
         return 0
     return _load_only(args)
 

@@ -35,6 +35,7 @@ from sotto.v1 import llm_pb2
 @dataclass
 class DirectTurn:
     first_token_ms: float | None = None
+    engine_first_token_ms: float | None = None  # the engine's own, as the llm service reports it for the stack
     first_sentence_ms: float | None = None   # request -> first sentence complete
     tts_first_chunk_ms: float | None = None  # first sentence complete -> first audio chunk
     first_audio_ms: float | None = None      # request -> first audio chunk
@@ -127,6 +128,8 @@ class DirectPath:
                 elif isinstance(event, Finished):
                     out.decode_tokens, out.prefill_tokens = event.decode_tokens, event.prefill_tokens
                     out.decode_tokens_per_s = round(event.decode_tokens_per_s, 1)
+                    if event.time_to_first_token_s is not None:
+                        out.engine_first_token_ms = round(event.time_to_first_token_s * 1000, 1)
             feed(splitter.close())
         finally:
             sentences.put(None)

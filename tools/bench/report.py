@@ -14,6 +14,19 @@ def _ci(interval: list[float] | None) -> str:
     return "-" if not interval else f"{interval[0]:.0f}..{interval[1]:.0f}"
 
 
+def _print_first_token_split(cases: dict, overall: dict) -> None:
+    print("\nFirst token, split by the engine's own first-token time, p50 ms (engine gap: the engine inside the llm "
+          "service minus in process; hops: to the llm and back, net of the direct path's)")
+    print(f"{'case':<20}{'engine stack':>13}{'engine direct':>14}{'engine gap':>11}{'hops':>7}")
+    for name, c in cases.items():
+        s = c["summary"]
+        engine = s.get("llm_engine_first_token_ms", {})
+        print(f"{name:<20}{_p(engine.get('stack')):>13}{_p(engine.get('direct')):>14}"
+              f"{_p(s.get('llm_engine_gap_ms')):>11}{_p(s.get('first_token_hops_ms')):>7}")
+    print(f"{'all (page + typed)':<20}{'':>27}{_p(overall.get('llm_engine_gap_all_turns_ms')):>11}"
+          f"{_p(overall.get('first_token_hops_all_turns_ms')):>7}")
+
+
 def print_run(r: dict) -> None:
     m = r["machine"]
     print(f"\nSotto bench {r['started_at']}  {m['cpu']}, {m['cores']} cores, load average "
@@ -67,6 +80,7 @@ def print_run(r: dict) -> None:
               "per turn")
         print("tts slower: the first sentence's synthesis in the tts service minus the same synthesis in process "
               "(the part of the overhead that is contention, not a hop)")
+        _print_first_token_split(cases, o)
     legs = r.get("legs")
     if legs:
         for name in ("llm_ttft", "tts_first_chunk"):
@@ -106,3 +120,5 @@ def print_run(r: dict) -> None:
         print(f"gRPC loopback ({g['payload_bytes']} B AudioOut): round trip p50 {g['round_trip_us_p50']} us, "
               f"p95 {g['round_trip_us_p95']} us; server stream {g['server_stream_us_per_message']} us/message")
     print(f"\nwall time {r['wall_s']:.0f} s; saved {r.get('path', '')}")
+    if r.get("work_dir"):
+        print(f"fixtures and the stacks' logs: {r['work_dir']}")

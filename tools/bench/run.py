@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -62,12 +64,26 @@ def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, direct_tur
         # in this process. A difference here is synthesis slowed by what runs beside it, not a hop's cost.
         row["tts_service_first_chunk_ms"] = round(tts_service_ms, 1)
         row["tts_synthesis_slowdown_ms"] = round(tts_service_ms - direct_turn.tts_first_chunk_ms, 1)
+    row.update(_first_token_split(stack_turn.timings, direct_turn))
     if {"gateway", "llm", "tts"} <= cpu.keys():
         # CPU the stack spent beyond the engines' own work: the gateway and the two model services, minus the
         # same engines' CPU in one process. It holds on a busy machine, where wall-clock differences do not.
         row["cpu_overhead_ms"] = round(cpu["gateway"] + cpu["llm"] + cpu["tts"]
                                        - (direct_turn.cpu_ms - direct_turn.vad_cpu_ms), 1)
     return row
+
+
+def _first_token_split(timings: dict, direct_turn) -> dict:
+    """The first token's share of the overhead in two parts, from the engine's own first-token time on each
+    path: the engine prefilling more slowly inside the llm service than in this process, and the hops (request
+    built, gRPC to the llm service and the token back, the service's executor hop), each net of the same
+    span on the direct path."""
+    stack_engine, direct_engine = timings.get("llm_engine_first_token_ms"), direct_turn.engine_first_token_ms
+    if stack_engine is None or direct_engine is None or direct_turn.first_token_ms is None:
+        return {}
+    stack_hops = timings["first_token_ms"] - timings.get("llm_queue_ms", 0.0) - stack_engine
+    return {"llm_engine_gap_ms": round(stack_engine - direct_engine, 1),
+            "first_token_hops_ms": round(stack_hops - (direct_turn.first_token_ms - direct_engine), 1)}
 
 
 def summarize_case(case: Case, rows: list[dict]) -> dict:
@@ -87,6 +103,10 @@ def summarize_case(case: Case, rows: list[dict]) -> dict:
            "overhead_outside_synthesis_ms": stats.summary(_outside_synthesis(r) for r in ok),
            "overhead_server_ms": stats.summary(r["overhead_server_ms"] for r in ok),
            "tts_synthesis_slowdown_ms": stats.summary(r.get("tts_synthesis_slowdown_ms") for r in ok),
+           "llm_engine_first_token_ms": {"stack": stats.summary(t.get("llm_engine_first_token_ms") for t in timings),
+                                         "direct": stats.summary(r["direct"]["engine_first_token_ms"] for r in ok)},
+           "llm_engine_gap_ms": stats.summary(r.get("llm_engine_gap_ms") for r in ok),
+           "first_token_hops_ms": stats.summary(r.get("first_token_hops_ms") for r in ok),
            "cpu_ms": {name: stats.summary(r["stack_cpu_ms"].get(name) for r in ok)
                       for name in ("gateway", "vad", "llm", "tts")},
            "direct_cpu_ms": stats.summary(r["direct"]["cpu_ms"] for r in ok),
@@ -164,7 +184,10 @@ def _usable(turn) -> bool:
 
 def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
         out_dir: Path = Path("bench/results"), timeout: float = 60.0, components_on: bool = True,
-        spoken_on: bool = True, case_names: tuple[str, ...] = (), quick_components: bool = False) -> dict:
+        spoken_on: bool = True, case_names: tuple[str, ...] = (), quick_components: bool = False,
+        keep_work: bool = False) -> dict:
+    """`keep_work`: keep the fixtures and the stacks' logs (named in the result as `work_dir`); they are kept
+    anyway when the run fails."""
     began = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -175,55 +198,63 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
                                "targets": {"overhead_ms_p50": TARGET_OVERHEAD_MS,
                                            "overhead_ratio_p50": TARGET_OVERHEAD_RATIO}}}
     work = Path(tempfile.mkdtemp(prefix="sotto-bench-"))
-    cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
-    steps = (len(cases) + 1) * (turns + 1) + len(levels) + (4 if components_on else 0)
-    env_common = {"SOTTO_LLM_TOP_K": "1", "SOTTO_LLM_THREADS": "1", "SOTTO_LLM_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS)}
-    engine_rows: dict[str, list[dict]] = {}
-    tts_engine = voice = None
-    # tqdm writes to a copy of the original stderr: the LLM engine puts a line-reading tap on fd 2, and tqdm's
-    # carriage-return updates (no newline) would hold back the tap's sync markers, stalling each generation
-    # by up to 0.5 s in this process (services/llm/native_log.py).
-    progress = os.fdopen(os.dup(2), "w", buffering=1)
-    with progress, tqdm(total=steps, unit="step", dynamic_ncols=True, file=progress) as bar:
-        if cases:
-            bar.set_description("starting the multimodal stack")
-            (work / "mm").mkdir()
-            stack = start_stack(work / "mm", **env_common)
+    try:
+        cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
+        steps = (len(cases) + 1) * (turns + 1) + len(levels) + (4 if components_on else 0)
+        env_common = {"SOTTO_LLM_TOP_K": "1", "SOTTO_LLM_THREADS": "1", "SOTTO_LLM_MAX_NEW_TOKENS": str(MAX_NEW_TOKENS)}
+        engine_rows: dict[str, list[dict]] = {}
+        tts_engine = voice = None
+        # tqdm writes to a copy of the original stderr: the LLM engine puts a line-reading tap on fd 2, and tqdm's
+        # carriage-return updates (no newline) would hold back the tap's sync markers, stalling each generation
+        # by up to 0.5 s in this process (services/llm/native_log.py).
+        progress = os.fdopen(os.dup(2), "w", buffering=1)
+        with progress, tqdm(total=steps, unit="step", dynamic_ncols=True, file=progress) as bar:
+            if cases:
+                bar.set_description("starting the multimodal stack")
+                (work / "mm").mkdir()
+                stack = start_stack(work / "mm", **env_common)
+                try:
+                    direct = DirectPath(stack.env, str(TINY_LLM))
+                    result["config"]["spoken_model"] = TINY_LLM.name
+                    result["cases"] = run_cases(stack, direct, cases, turns, bar, timeout)
+                    engine_rows[str(TINY_LLM)] = _engine_rows(result["cases"])
+                    direct.close()
+                finally:
+                    stop_stack(stack)
+            bar.set_description("starting the text stack")
+            (work / "text").mkdir()
+            model = instruct_model()
+            stack = start_stack(work / "text", SOTTO_LLM_MODEL=str(model), **env_common, **LOAD_ENV)
             try:
-                direct = DirectPath(stack.env, str(TINY_LLM))
-                result["config"]["spoken_model"] = TINY_LLM.name
-                result["cases"] = run_cases(stack, direct, cases, turns, bar, timeout)
-                engine_rows[str(TINY_LLM)] = _engine_rows(result["cases"])
+                direct = DirectPath(stack.env, str(model))
+                result["config"]["typed_model"] = model.name
+                result.setdefault("cases", {}).update(run_cases(stack, direct, [typed_case()], turns, bar, timeout))
+                engine_rows[str(model)] = _engine_rows({"typed": result["cases"]["typed"]})
+                tts_engine, voice = direct.tts, direct.voice
+                bar.set_description("service legs")
+                result["legs"] = legs.measure(stack.ports, direct)
                 direct.close()
+                limit = int(stack.env.get("SOTTO_LLM_MAX_CONCURRENT", 2))
+                bar.set_description("load")
+                load_case = Case("load", "text", LOAD_QUESTION)
+                rows = asyncio.run(run_levels(stack.ws_url, load_case, list(levels), load_turns, load_bound_s,
+                                              timeout, bar))
+                result["load"] = {"admission_limit": limit, "question": LOAD_QUESTION, "levels": rows}
             finally:
                 stop_stack(stack)
-        bar.set_description("starting the text stack")
-        (work / "text").mkdir()
-        model = instruct_model()
-        stack = start_stack(work / "text", SOTTO_LLM_MODEL=str(model), **env_common, **LOAD_ENV)
-        try:
-            direct = DirectPath(stack.env, str(model))
-            result["config"]["typed_model"] = model.name
-            result.setdefault("cases", {}).update(run_cases(stack, direct, [typed_case()], turns, bar, timeout))
-            engine_rows[str(model)] = _engine_rows({"typed": result["cases"]["typed"]})
-            tts_engine, voice = direct.tts, direct.voice
-            bar.set_description("service legs")
-            result["legs"] = legs.measure(stack.ports, direct)
-            direct.close()
-            limit = int(stack.env.get("SOTTO_LLM_MAX_CONCURRENT", 2))
-            bar.set_description("load")
-            load_case = Case("load", "text", LOAD_QUESTION)
-            rows = asyncio.run(run_levels(stack.ws_url, load_case, list(levels), load_turns, load_bound_s,
-                                          timeout, bar))
-            result["load"] = {"admission_limit": limit, "question": LOAD_QUESTION, "levels": rows}
-        finally:
-            stop_stack(stack)
-        png = out_dir / f"{stamp}-load.png"
-        plot(result["load"]["levels"], png, result["load"]["admission_limit"])
-        result["load"]["plot"] = str(png)
-        if components_on:
-            result["components"] = run_components(engine_rows, tts_engine, voice, bar, quick_components)
-    result["overhead"] = overall_overhead(result["cases"])
+            png = out_dir / f"{stamp}-load.png"
+            plot(result["load"]["levels"], png, result["load"]["admission_limit"])
+            result["load"]["plot"] = str(png)
+            if components_on:
+                result["components"] = run_components(engine_rows, tts_engine, voice, bar, quick_components)
+        result["overhead"] = overall_overhead(result["cases"])
+    except BaseException:
+        print(f"\nthe stacks' logs are kept in {work}", file=sys.stderr)
+        raise
+    if keep_work:
+        result["work_dir"] = str(work)
+    else:
+        shutil.rmtree(work)
     result["machine"]["load_average_end"] = stats.load_average()
     result["wall_s"] = round(time.monotonic() - began, 1)
     path = out_dir / f"{stamp}.json"
@@ -284,11 +315,15 @@ def _overhead_of(cases: dict) -> dict:
     ratio = round(p50 / statistics.median(ttfa), 4) if values else None
     cpu = [r["cpu_overhead_ms"] for c in cases.values() for r in c["rows"] if "cpu_overhead_ms" in r]
     outside = [_outside_synthesis(r) for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
+    split = {k: stats.summary(r.get(k) for c in cases.values() for r in c["rows"] if "overhead_ms" in r)
+             for k in ("llm_engine_gap_ms", "first_token_hops_ms")}
     ci = stats.median_ci(values)
     return {"cases": sorted(cases), "all_turns_ms": stats.summary(values), "all_turns_p50_ci95_ms": ci,
             "ratio_p50": ratio, "cpu_all_turns_ms": stats.summary(cpu),
             "outside_synthesis_all_turns_ms": stats.summary(outside),
             "outside_synthesis_p50_ci95_ms": stats.median_ci(outside),
+            "llm_engine_gap_all_turns_ms": split["llm_engine_gap_ms"],
+            "first_token_hops_all_turns_ms": split["first_token_hops_ms"],
             "met": bool(values) and p50 <= TARGET_OVERHEAD_MS and ratio <= TARGET_OVERHEAD_RATIO,
             # The verdict the turns support: met or missed even at the far end of the p50's interval.
             "met_at_ci_high": bool(values) and ci is not None and ci[1] <= TARGET_OVERHEAD_MS
