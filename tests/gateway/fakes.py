@@ -61,6 +61,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     delta_delay_s: float = 0.01
     first_delay_s: float = 0.0
     after_done_s: float = 0.0  # how long the call stays open after `done`
+    engine_first_token_ms: float = 1.0  # what `done` reports as the engine's own time to first token
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
     cancelled: int = 0  # calls that ended before their handler finished (see count_unfinished)
@@ -74,7 +75,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         for delta in self.deltas:
             yield llm_pb2.GenerateEvent(text_delta=delta)
             await asyncio.sleep(self.delta_delay_s)
-        timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.first_delay_s * 1000 + 1)
+        timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.engine_first_token_ms)
         yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP, timings=timings,
                                                               text="".join(self.deltas)))
         await asyncio.sleep(self.after_done_s)
