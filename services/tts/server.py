@@ -141,13 +141,10 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
                 sentences.put(_END)
 
         def arriving() -> Iterator[Sentence]:
-            while not cancel.is_set():
-                try:
-                    item = sentences.get(timeout=0.05)
-                except queue.Empty:
-                    continue
-                if item is _END:
-                    return
+            """Sentences as they complete. A blocking get, not a timed poll, which would wake this thread 20 times
+            a second while the llm prefills: `read` puts _END however it ends (the text is over, bad input, or
+            cancelled on the way out of this handler, which every end of the call takes)."""
+            while (item := sentences.get()) is not _END and not cancel.is_set():
                 yield item
 
         try:
