@@ -81,8 +81,6 @@ class Session:
             data, turn = item
             if turn is not None and turn.interrupted and isinstance(data, bytes):
                 continue  # barge-in: audio of a cut turn is never sent
-            if turn is not None and self.turn is turn and isinstance(data, bytes) and self.state != State.SPEAKING:
-                self._set_state(State.SPEAKING, "first audio")
             try:
                 if isinstance(data, bytes):
                     await self.ws.send_bytes(data)
@@ -90,6 +88,9 @@ class Session:
                     await self.ws.send_str(data)
             except (ConnectionResetError, RuntimeError):
                 return
+            # After the send: the first audio frame does not wait for a log line to be formatted and written.
+            if turn is not None and self.turn is turn and isinstance(data, bytes) and self.state != State.SPEAKING:
+                self._set_state(State.SPEAKING, "first audio")
 
     def _set_state(self, new: State, reason: str) -> None:
         if new is not self.state:
