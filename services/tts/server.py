@@ -142,8 +142,8 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
 
         def arriving() -> Iterator[Sentence]:
             """Sentences as they complete. A blocking get, not a timed poll, which would wake this thread 20 times
-            a second while the llm prefills: `read` puts _END however it ends (the text is over, bad input, or
-            cancelled on the way out of this handler, which every end of the call takes)."""
+            a second while the llm prefills. `read` puts _END when it ends, and so does this handler's exit: a
+            reader cancelled before its first step never runs its own `finally`."""
             while (item := sentences.get()) is not _END and not cancel.is_set():
                 yield item
 
@@ -161,6 +161,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
             cancel.set()
+            sentences.put(_END)  # the engine thread must never be left waiting for text
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
 
