@@ -66,6 +66,7 @@ class Session:
         self._bucket = (float(self.gw.max_messages_per_s), time.monotonic())
         self._rate_warned = 0.0
         self._vad_failure_told = False  # until the vad service answers again
+        self._watch_wanted = asyncio.Event()  # set by audio and by a speech start: wakes a parked watchdog
         self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"session-{self.id}::stalls")
 
     # -- sending ---------------------------------------------------------------------------------------------
@@ -180,6 +181,7 @@ class Session:
         except ProtocolError as exc:
             self.error(exc.code, exc.message)
             return
+        self._watch_wanted.set()
         before = dict(self.jitter.dropped)
         for ready in self.jitter.push(frame):
             self._on_audio(ready.payload, ready.ts_ms)
@@ -214,6 +216,7 @@ class Session:
         self._vad_failure_told = False
         if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
             self.speech_start = origin + ev.start_sample
+            self._watch_wanted.set()
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
@@ -242,9 +245,18 @@ class Session:
         self.speech_start = None
 
     async def _watch_stalls(self) -> None:
-        """An utterance whose audio stops arriving is dropped after the request timeout, with an error."""
+        """An utterance whose audio stops arriving is dropped after the request timeout, with an error, and frames
+        held behind a gap are released once the jitter buffer gives up on it.
+
+        With neither to watch (no utterance open, no frame held) it parks until audio or a speech start arrives:
+        a session whose reply is being prepared after the page's `audio.end`, or an idle one, then wakes the gateway
+        not at all instead of 10 times a second, and on two cores each wake-up is taken from the synthesis of the
+        first sentence (docs/performance.md)."""
         timeout = self.gw.request_timeout_ms / 1000.0
         while True:
+            if self.speech_start is None and not self.jitter.pending:
+                self._watch_wanted.clear()
+                await self._watch_wanted.wait()
             await asyncio.sleep(min(0.1, timeout / 4))
             for ready in self.jitter.release():
                 self._on_audio(ready.payload, ready.ts_ms)

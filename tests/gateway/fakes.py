@@ -25,6 +25,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.streams = 0
         self.fail_with: grpc.StatusCode | None = None
         self.chunk_samples: list[int] = []  # the size of each audio message received, in order
+        self.start_delay_s = 0.0  # a real vad reports a start only after its minimum speech: later than the audio
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
@@ -43,6 +44,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
             for i in np.flatnonzero(np.abs(pcm) > 1000)[:1]:
                 if start is None:
                     start = pos + int(i)
+                    await asyncio.sleep(self.start_delay_s)
                     yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_STARTED, start_sample=start,
                                            start_ts_ms=int(first_ts + start / 16))
             loud = np.flatnonzero(np.abs(pcm) > 1000)

@@ -144,6 +144,27 @@ async def test_stalled_utterance_is_dropped_with_an_error(stack, connect) -> Non
     await client.wait_for("pong")
 
 
+async def test_an_utterance_whose_start_is_reported_after_its_audio_stopped_is_still_dropped(stack, connect) -> None:
+    # The session's stall watchdog parks while there is nothing to watch; a speech start reported when no more
+    # audio is coming must wake it, or the half utterance would stay open for ever.
+    stack.vad.start_delay_s = 0.4
+    client = await connect()
+    await client.send_audio(speech(0.5))
+    await client.wait_for("speech.started")
+    err = await client.wait_for("error", timeout=5)
+    assert err["code"] == "stalled_input"
+
+
+async def test_audio_held_behind_a_lost_frame_reaches_the_vad_once_the_jitter_buffer_gives_up(stack, connect) -> None:
+    client = await connect()
+    await client.send_audio(silence(0.04))
+    client.seq += 1  # one frame lost on the way; the loud frames after it wait for it, then go on without it
+    await client.send_audio(speech(0.3))
+    t0 = asyncio.get_running_loop().time()
+    await client.wait_for("speech.started", timeout=5)
+    assert asyncio.get_running_loop().time() - t0 >= stack.settings.gateway.jitter_ms / 1000 - 0.05
+
+
 async def test_a_late_interrupt_cuts_the_history_to_what_was_heard(stack, connect) -> None:
     client = await connect()
     await client.send(type="text", text="Hi")
