@@ -7,11 +7,16 @@ hidden) and remembers recent lines, so an error can quote what the library said.
 
 If something else later replaces fd 2 (pytest's capture does, per test), `mark()` notices and puts
 the tap back in front of whatever fd 2 now is.
+
+`mark()` is on every generation's way to its first token, so it does not wait for the pump: it writes a
+marker line and returns at once; the pump notes where the marker fell, and only `since()` (an error's
+path) waits for it.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import re
 import threading
@@ -19,6 +24,7 @@ import time
 import uuid
 
 _SEVERE_PREFIXES = ("E0", "F0", "ERROR", "FATAL")
+_MARKS_KEPT = 256  # where recent marks fell; an older mark's `since` falls back to every line kept
 
 
 class StderrTap:
@@ -31,7 +37,10 @@ class StderrTap:
         self._seen = threading.Condition(self._lock)
         self._read_fd, self._write_fd = os.pipe()
         self._echo_fd: int | None = None
-        self._markers: set[str] = set()
+        self._markers: set[str] = set()  # written, not yet read by the pump
+        self._positions: collections.OrderedDict[str, int] = collections.OrderedDict()  # marker -> seq before it
+        self._ids = itertools.count()
+        self._run = uuid.uuid4().hex[:12]  # makes this tap's markers unlike any text the library writes
         self._thread = threading.Thread(target=self._pump, name="llm-stderr-tap", daemon=True)
         self._thread.start()
         self._ensure_installed()
@@ -67,14 +76,17 @@ class StderrTap:
                     # A marker may follow a partial line someone else left on fd 2 (a progress bar's "\r").
                     marker = next((m for m in self._markers if line.endswith(m)), None)
                     if marker is not None:
-                        self._markers.discard(marker)
-                        self._seen.notify_all()
                         line, raw = line[: -len(marker)], raw[: -len(marker.encode())]
-                        if not line:
-                            continue
-                    self._seq += 1
-                    self._lines.append((self._seq, line))
-                    passthrough.append(raw + b"\n")
+                    if line or marker is None:
+                        self._seq += 1
+                        self._lines.append((self._seq, line))
+                        passthrough.append(raw + b"\n")
+                    if marker is not None:
+                        self._markers.discard(marker)
+                        self._positions[marker] = self._seq  # the partial line before it is not "since"
+                        while len(self._positions) > _MARKS_KEPT:
+                            self._positions.popitem(last=False)
+                        self._seen.notify_all()
                 echo = self._echo_fd
             if echo is not None and passthrough:
                 try:
@@ -82,19 +94,21 @@ class StderrTap:
                 except OSError:
                     pass
 
-    def mark(self) -> int:
-        """Return a position; `since(position)` later gives the lines written after it."""
+    def mark(self) -> str:
+        """Return a mark; `since(mark)` later gives the lines written after it. Does not wait for the pump."""
         self._ensure_installed()
-        self.sync()
-        with self._lock:
-            return self._seq
+        return self._write_marker()
 
-    def sync(self, timeout: float = 0.5) -> None:
-        """Wait until everything already written to fd 2 has been read by the pump."""
-        marker = f"--llm-stderr-tap-{uuid.uuid4().hex}--"
+    def _write_marker(self) -> str:
+        marker = f"--llm-stderr-tap-{self._run}-{next(self._ids)}--"
         with self._lock:
             self._markers.add(marker)
         os.write(2, (marker + "\n").encode())
+        return marker
+
+    def sync(self, timeout: float = 0.5) -> None:
+        """Wait until everything already written to fd 2 has been read by the pump."""
+        marker = self._write_marker()
         deadline = time.monotonic() + timeout
         with self._lock:
             while marker in self._markers:
@@ -104,14 +118,15 @@ class StderrTap:
                     return
                 self._seen.wait(left)
 
-    def since(self, position: int) -> list[str]:
+    def since(self, mark: str) -> list[str]:
         self.sync()
         with self._lock:
+            position = self._positions.get(mark, 0)
             return [line for seq, line in self._lines if seq > position]
 
-    def reason_since(self, position: int, max_lines: int = 3) -> str:
-        """The native library's error lines since `position` (or its last lines), in one string."""
-        lines = [line.strip() for line in self.since(position) if line.strip()]
+    def reason_since(self, mark: str, max_lines: int = 3) -> str:
+        """The native library's error lines since `mark` (or its last lines), in one string."""
+        lines = [line.strip() for line in self.since(mark) if line.strip()]
         severe = [line for line in lines if line.startswith(_SEVERE_PREFIXES) or "rror" in line]
         chosen = (severe or lines)[-max_lines:]
         return " | ".join(_strip_log_prefix(line) for line in chosen)

@@ -55,3 +55,14 @@ def test_stderr_tap_keeps_what_native_code_writes_to_fd2():
     os.write(2, b"I0000 00:00:00.0 1 other.cc:1] chatter\n")
     assert "engine.cc:42] tf_lite_audio_encoder_hw not found" == tap.reason_since(mark)
     assert tap.since(tap.mark()) == []
+
+
+def test_stderr_tap_does_not_blame_a_generation_for_lines_written_before_its_mark():
+    # mark() does not wait for the pump, so these lines may still be unread in the pipe when it returns.
+    tap = stderr_tap()
+    for _ in range(20):
+        os.write(2, b"E0000 00:00:00.0 1 engine.cc:7] an earlier failure\n")
+        os.write(2, b"a progress bar without its newline\r")
+        mark = tap.mark()
+        os.write(2, b"E0000 00:00:00.0 1 engine.cc:9] this generation's failure\n")
+        assert tap.since(mark) == ["E0000 00:00:00.0 1 engine.cc:9] this generation's failure"]
