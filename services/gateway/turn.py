@@ -314,8 +314,15 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000.0, 1)
 
 
+# What grpc.aio reports, in place of the call's real status, when a write to a request stream fails because the
+# peer went away (grpc/grpc#36066): a killed tts mid-reply surfaces as INTERNAL with exactly these details.
+_AIO_WRITE_FAILED = "Internal error from Core"
+
+
 def _error_of(exc: grpc.aio.AioRpcError) -> tuple[str, str]:
     code = exc.code()
+    if code == grpc.StatusCode.INTERNAL and exc.details() == _AIO_WRITE_FAILED:
+        return "unavailable", "a model service is unavailable (its stream broke while the gateway was writing to it)"
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return "timeout", f"a model service missed its deadline ({exc.details()})"
     if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -95,6 +95,7 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
     chunk_delay_s: float = 0.005
     cancelled: int = 0  # as FakeLlm.cancelled
     texts: list[str] = field(default_factory=list)
+    fail_with: tuple[grpc.StatusCode, str] | None = None  # ends the call with this status at the first text
 
     async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
         finished = count_unfinished(self, context)
@@ -102,6 +103,8 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
         async for req in request_iterator:
             if req.WhichOneof("item") != "text":
                 continue
+            if self.fail_with is not None:
+                await context.abort(*self.fail_with)
             text += req.text
             while (end := _sentence_end(text, done_upto)) is not None:
                 async for chunk in self._speak(text, done_upto, end, index, offset):
