@@ -44,7 +44,8 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
             for i in np.flatnonzero(np.abs(pcm) > 1000)[:1]:
                 if start is None:
                     start = pos + int(i)
-                    await asyncio.sleep(self.start_delay_s)
+                    if self.start_delay_s:
+                        await asyncio.sleep(self.start_delay_s)
                     yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_STARTED, start_sample=start,
                                            start_ts_ms=int(first_ts + start / 16))
             loud = np.flatnonzero(np.abs(pcm) > 1000)
