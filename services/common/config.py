@@ -179,6 +179,11 @@ class TtsConfig:
                                         "Longest model run (phonemes, ~10 s of speech); longer sentences are split "
                                         "at word boundaries. Warm-up renders one run this long, so memory is "
                                         "sized at start and stays flat.", lo=32, hi=510)
+    threads: int = setting("SOTTO_TTS_THREADS", 0, "ONNX Runtime threads per synthesis (0: all cores).", lo=0,
+                           hi=256)
+    spin_wait: bool = setting("SOTTO_TTS_SPIN_WAIT", False,
+                              "Let ONNX Runtime's threads spin between steps: a little faster on idle cores, much "
+                              "slower while the LLM decodes on the same cores.")
 
 
 @dataclass(frozen=True)

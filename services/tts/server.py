@@ -182,7 +182,8 @@ def load_engine(cfg: config.TtsConfig, common: config.CommonConfig):
     """Resolve the model, build and warm up the engine (runs on the engine's worker thread)."""
     backend = default_backend() if cfg.engine == "auto" else cfg.engine
     folder = models.model_folder(backend, cfg.model, common)
-    engine = create_engine(backend, folder, memory_fraction=common.memory_budget,
+    engine = create_engine(backend, folder, memory_fraction=common.memory_budget, threads=cfg.threads or None,
+                           spin_wait=cfg.spin_wait,
                            default_language=cfg.language, max_chars=cfg.max_text_chars,
                            chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run)
     if cfg.voice in engine.voices():
