@@ -285,7 +285,7 @@ class KokoroOnnx(_KokoroBase):
         session_options.intra_op_num_threads = threads or os.cpu_count() or 1
         # ORT's own default spins idle threads between steps of a run. Here the LLM decodes on the same cores
         # while the first sentence is synthesised, and a spinning thread then holds a core the other needs: on 2
-        # cores with one kept busy, a first sentence took 652 ms spinning against 534 ms not (307 and 354 ms idle).
+        # cores with one kept busy, a first sentence took 652 ms spinning against 534 ms not (308 and 354 ms idle).
         session_options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin_wait else "0")
         # Every sentence has its own input length; ORT would cache a memory pattern for each one, so memory
         # would creep up with the variety of sentences spoken (seen as +90 MB over a 20-minute soak).
