@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
 
-from services.common import config
 from services.tts.engine import CHUNK_SAMPLES, SAMPLE_RATE, CancelEvent, InvalidInput
-from services.tts.server import load_engine
 from services.tts.text import SentenceSplitter
 
 VOICE = "jf_alpha"  # no English voice exists offline: English text, Japanese voice, lang en-us
@@ -125,22 +122,3 @@ def test_cancel_event_calls_back_on_set_only_inside_the_block():
     later.set()
     assert calls == ["inside", "already set"]
 
-
-@pytest.mark.parametrize("env, threads, spinning", [
-    ({}, os.cpu_count(), "0"),
-    ({"SOTTO_TTS_THREADS": "1", "SOTTO_TTS_SPIN_WAIT": "true"}, 1, "1"),
-])
-def test_the_services_thread_settings_reach_onnx_runtime(kit, env, threads, spinning):
-    """Spinning threads hold cores the LLM needs while the first sentence is synthesised: off unless asked for.
-
-    With one thread, a synthesis keeps at most one core busy, however long the sentence."""
-    cfg = config.load(config.TtsConfig, {"SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_ENGINE": "onnx",
-                                         "SOTTO_TTS_VOICE": VOICE, **env})
-    engine, backend, _ = load_engine(cfg, config.load(config.CommonConfig, {"SOTTO_OFFLINE": "true"}))
-    options = engine._session.get_session_options()
-    assert (backend, options.intra_op_num_threads) == ("onnx", threads)
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning
-    if threads == 1:
-        cpu, wall = time.process_time(), time.perf_counter()
-        list(engine.synthesize("A sentence long enough to keep the model busy for a while, on one core.", VOICE))
-        assert time.process_time() - cpu < 1.2 * (time.perf_counter() - wall)

@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import audio, config
 from services.tts.engine import CHUNK_SAMPLES
-from services.tts.server import TtsServicer
+from services.tts.server import TtsServicer, load_engine
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 from tests.helpers import eventually, metric
 from tools.stack import free_port, wait_until
@@ -223,3 +223,23 @@ def test_server_process_serves_the_kit_and_the_client_writes_a_wav(kit, tmp_path
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.parametrize("env, threads, spinning", [
+    ({}, os.cpu_count(), "0"),
+    ({"SOTTO_TTS_THREADS": "1", "SOTTO_TTS_SPIN_WAIT": "true"}, 1, "1"),
+])
+def test_the_services_thread_settings_reach_onnx_runtime(kit, env, threads, spinning):
+    """Spinning threads hold cores the LLM needs while the first sentence is synthesised: off unless asked for.
+
+    With one thread, a synthesis keeps at most one core busy, however long the sentence."""
+    cfg = config.load(config.TtsConfig, {"SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_ENGINE": "onnx",
+                                         "SOTTO_TTS_VOICE": VOICE.voice, **env})
+    engine, backend, _ = load_engine(cfg, config.load(config.CommonConfig, {"SOTTO_OFFLINE": "true"}))
+    options = engine._session.get_session_options()
+    assert (backend, options.intra_op_num_threads) == ("onnx", threads)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning
+    if threads == 1:
+        cpu, wall = time.process_time(), time.perf_counter()
+        list(engine.synthesize("A sentence long enough to keep the model busy for a while, on one core.", VOICE.voice))
+        assert time.process_time() - cpu < 1.2 * (time.perf_counter() - wall)
