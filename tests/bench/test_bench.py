@@ -103,6 +103,10 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert case["load_average"]
     for name in ("spoken_short_camera", "spoken_short_raw"):
         assert r["cases"][name]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
+    # each stack got its own reply cap: the tiny model's spelled-out gibberish short, the text model's sentences not
+    decoded = {name: case["rows"][0]["stack"]["timings"]["llm_decode_tokens"] for name, case in r["cases"].items()}
+    assert decoded["spoken_short_camera"] == decoded["spoken_short_raw"] == r["config"]["spoken_max_new_tokens"] == 4
+    assert 4 < decoded["typed"] <= r["config"]["max_new_tokens"] == 12
     # the page client stopped at its VAD's end and sent audio.end: nothing streamed while the answer was prepared
     [page] = r["cases"]["spoken_short_camera"]["rows"]
     assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] == 0
