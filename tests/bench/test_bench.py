@@ -14,6 +14,7 @@ import numpy as np
 from tools.bench import stats
 from tools.bench.__main__ import main
 from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
+from tools.bench.run import MAX_NEW_TOKENS, SPOKEN_MAX_NEW_TOKENS
 from tools.bench.wsdriver import TRAILING_SILENCE_S
 from tools.speech import speak
 
@@ -105,8 +106,10 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         assert r["cases"][name]["summary"]["stages_ms"]["endpoint"]["p50"] > 0
     # each stack got its own reply cap: the tiny model's spelled-out gibberish short, the text model's sentences not
     decoded = {name: case["rows"][0]["stack"]["timings"]["llm_decode_tokens"] for name, case in r["cases"].items()}
-    assert decoded["spoken_short_camera"] == decoded["spoken_short_raw"] == r["config"]["spoken_max_new_tokens"] == 4
-    assert 4 < decoded["typed"] <= r["config"]["max_new_tokens"] == 12
+    assert decoded["spoken_short_camera"] == decoded["spoken_short_raw"] == SPOKEN_MAX_NEW_TOKENS
+    assert SPOKEN_MAX_NEW_TOKENS < decoded["typed"] <= MAX_NEW_TOKENS
+    assert (r["config"]["spoken_max_new_tokens"], r["config"]["max_new_tokens"]) == (SPOKEN_MAX_NEW_TOKENS,
+                                                                                    MAX_NEW_TOKENS)
     # the page client stopped at its VAD's end and sent audio.end: nothing streamed while the answer was prepared
     [page] = r["cases"]["spoken_short_camera"]["rows"]
     assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] == 0
