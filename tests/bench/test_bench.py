@@ -140,3 +140,55 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     assert {"service", "in_process", "raw_engine", "overhead", "service_layer", "cancel_ms_mean"} <= c["llm_service"].keys()
     assert c["tts"]["onnx"]["short"]["rtf"] > 0 and ("rtf" in c["tts"]["mlx"] or "skipped" in c["tts"]["mlx"])
     assert c["grpc"]["round_trip_us_p50"] > 0 and c["grpc"]["server_stream_us_per_message"] > 0
+
+
+def _result(commit: str, overheads: dict[str, list[float]], spoken_tokens: int = 4) -> dict:
+    """A saved run reduced to what pooling reads: per case its paired turns (overhead, synthesis difference,
+    TTFA) and the run's own overall figures, as `python -m tools.bench run` writes them."""
+    from tools.bench.run import overhead_by_client
+
+    cases = {name: {"summary": {"client": "raw" if name.endswith("_raw") else "page"},
+                    "rows": [{"overhead_ms": v, "tts_synthesis_slowdown_ms": v - 8.0, "llm_engine_gap_ms": 1.0,
+                              "first_token_hops_ms": 2.0, "stack": {"client_ttfa_ms": 1000.0 + v}} for v in values]}
+             for name, values in overheads.items()}
+    return {"started_at": commit, "commit": commit, "cases": cases, "overhead": overhead_by_client(cases),
+            "config": {"top_k": 1, "llm_threads": 1, "max_new_tokens": 12, "spoken_max_new_tokens": spoken_tokens}}
+
+
+def test_pool_takes_the_p50_over_every_turn_of_every_run(capsys, tmp_path) -> None:
+    from tools.bench.pool import pool
+
+    a = _result("abc", {"spoken_short": [0.0, 2.0, 4.0], "spoken_short_raw": [50.0, 60.0]})
+    b = _result("abc", {"spoken_short": [20.0, 22.0], "typed": [24.0], "spoken_short_raw": [70.0]})
+    pooled = pool([a, b], ["a.json", "b.json"])
+    overall = pooled["overhead"]
+    # six page and typed turns: their median, not the median of the two runs' medians (2 and 22)
+    assert overall["all_turns_ms"]["n"] == 6 and overall["all_turns_ms"]["p50"] == 12.0
+    assert overall["cases"] == ["spoken_short", "typed"] and not overall["met"]
+    assert overall["outside_synthesis_all_turns_ms"]["p50"] == 8.0  # each turn's overhead minus its slowdown
+    assert overall["raw_client"]["all_turns_ms"] == {"n": 3, "p50": 60.0, "p95": 69.0, "p99": 69.8, "mean": 60.0,
+                                                      "min": 50.0, "max": 70.0}
+    assert pooled["per_case"]["spoken_short"]["all_turns_ms"]["n"] == 5
+    assert [r["overhead_p50_ms"] for r in pooled["runs"]] == [2.0, 22.0]
+    for name, result in (("a.json", a), ("b.json", b)):
+        (tmp_path / name).write_text(json.dumps(result))
+    assert main(["pool", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "overhead p50 12.0 ms" in out and "NOT met" in out
+    assert json.loads((tmp_path / "p.json").read_text())["overhead"]["all_turns_ms"]["p50"] == 12.0
+
+
+def test_pool_refuses_runs_of_other_code_or_settings_and_says_which(capsys, tmp_path) -> None:
+    from tools.bench.pool import PoolError, pool
+
+    a = _result("abc", {"typed": [1.0, 3.0]})
+    with pytest.raises(PoolError, match="differ in commit, spoken_max_new_tokens"):
+        pool([a, _result("def", {"typed": [5.0]}, spoken_tokens=12)], ["a.json", "b.json"])
+    mixed = pool([a, _result("def", {"typed": [5.0]})], ["a.json", "b.json"], mixed=True)
+    assert mixed["settings"] == {"mixed": ["commit"]} and mixed["overhead"]["all_turns_ms"]["n"] == 3
+    (tmp_path / "load.json").write_text(json.dumps({"load": {}}))
+    (tmp_path / "broken.json").write_text("{")
+    assert main(["pool", str(tmp_path / "load.json")]) == 2
+    assert "holds no cases" in capsys.readouterr().err
+    assert main(["pool", str(tmp_path / "broken.json")]) == 2
+    assert "cannot read" in capsys.readouterr().err

@@ -1,10 +1,11 @@
-"""Command line: `run` (everything), `load` (the load levels only), `compare A.json B.json`."""
+"""Command line: `run` (everything), `load` (the load levels only), `compare A.json B.json`, `pool A.json ...`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -44,12 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     cmp_.add_argument("a", type=Path)
     cmp_.add_argument("b", type=Path)
     cmp_.add_argument("--changed", action="store_true", help="only figures that differ")
+    pool = sub.add_parser("pool", help="the overhead over the turns of many runs of the same code")
+    pool.add_argument("results", type=Path, nargs="+")
+    pool.add_argument("--mixed", action="store_true", help="pool runs of different commits or settings anyway")
+    pool.add_argument("--out", type=Path, help="also save the pooled figures as JSON here")
     args = parser.parse_args(argv)
 
     if args.command == "compare":
         rows = stats.compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
         print(stats.format_compare(rows, args.changed))
         return 0
+    if args.command == "pool":
+        return _pool(args)
     from tools.bench import run as bench_run
 
     if args.command == "run":
@@ -88,6 +95,21 @@ def _load_only(args: argparse.Namespace) -> int:
                                                "refused_http")}
                          | {"ttfa_ms": row["ttfa_ms"]}))
     print(f"saved {path} and {png}")
+    return 0
+
+
+def _pool(args: argparse.Namespace) -> int:
+    from tools.bench.pool import PoolError, load_and_pool, print_pool
+
+    try:
+        pooled = load_and_pool(args.results, args.mixed)
+    except PoolError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print_pool(pooled)
+    if args.out:
+        args.out.write_text(json.dumps(pooled, indent=1))
+        print(f"saved {args.out}")
     return 0
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from services.llm import bench as llm_bench
 
 
-def _p(s: dict | None, q: str = "p50") -> str:
+def fmt(s: dict | None, q: str = "p50") -> str:
     value = None if s is None else s.get(q)
     return "-" if value is None else f"{value:.1f}"
 
 
-def _ci(interval: list[float] | None) -> str:
+def fmt_ci(interval: list[float] | None) -> str:
     return "-" if not interval else f"{interval[0]:.0f}..{interval[1]:.0f}"
 
 
@@ -21,10 +21,38 @@ def _print_first_token_split(cases: dict, overall: dict) -> None:
     for name, c in cases.items():
         s = c["summary"]
         engine = s.get("llm_engine_first_token_ms", {})
-        print(f"{name:<20}{_p(engine.get('stack')):>13}{_p(engine.get('direct')):>14}"
-              f"{_p(s.get('llm_engine_gap_ms')):>11}{_p(s.get('first_token_hops_ms')):>7}")
-    print(f"{'all (page + typed)':<20}{'':>27}{_p(overall.get('llm_engine_gap_all_turns_ms')):>11}"
-          f"{_p(overall.get('first_token_hops_all_turns_ms')):>7}")
+        print(f"{name:<20}{fmt(engine.get('stack')):>13}{fmt(engine.get('direct')):>14}"
+              f"{fmt(s.get('llm_engine_gap_ms')):>11}{fmt(s.get('first_token_hops_ms')):>7}")
+    print(f"{'all (page + typed)':<20}{'':>27}{fmt(overall.get('llm_engine_gap_all_turns_ms')):>11}"
+          f"{fmt(overall.get('first_token_hops_all_turns_ms')):>7}")
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def print_overall(o: dict) -> None:
+    """The verdict on the target over the page's and typed turns, the raw client's figures apart, and the part
+    of the overhead outside synthesis."""
+    verdict = "met" if o["met"] else "NOT met"
+    if o.get("met_at_ci_high"):
+        verdict += " (even at the high end of the 95 % interval)"
+    elif o.get("missed_at_ci_low"):
+        verdict += " (missed even at the low end of the 95 % interval)"
+    else:
+        verdict += " (the 95 % interval spans 10 ms: more turns needed to tell)"
+    print(f"all turns of the page and typed clients ({', '.join(o['cases'])}): overhead p50 "
+          f"{fmt(o['all_turns_ms'])} ms (95 % CI {fmt_ci(o.get('all_turns_p50_ci95_ms'))}), "
+          f"{_ratio(o['ratio_p50'])} of TTFA; target <= 10 ms and <= 5 %: {verdict}")
+    raw = o.get("raw_client")
+    if raw:
+        print(f"a client without its own VAD ({', '.join(raw['cases'])}; it streams while the answer is "
+              f"prepared): overhead p50 {fmt(raw['all_turns_ms'])} ms (95 % CI "
+              f"{fmt_ci(raw.get('all_turns_p50_ci95_ms'))}), {_ratio(raw['ratio_p50'])} of TTFA")
+    print(f"outside synthesis (request, text relay, first chunk to the client): p50 "
+          f"{fmt(o.get('outside_synthesis_all_turns_ms'))} ms (95 % CI {fmt_ci(o.get('outside_synthesis_p50_ci95_ms'))})")
+    print(f"tts slower (synthesis in the tts service minus in process): p50 {fmt(o.get('tts_slower_all_turns_ms'))} ms "
+          f"(95 % CI {fmt_ci(o.get('tts_slower_p50_ci95_ms'))})")
 
 
 def print_run(r: dict) -> None:
@@ -39,9 +67,9 @@ def print_run(r: dict) -> None:
         for name, c in cases.items():
             s = c["summary"]
             st = s["stages_ms"]
-            print(f"{name:<20}{s['ok']:>4}{_p(s['ttfa_ms']):>10}{_p(s['ttfa_ms'], 'p95'):>9}"
-                  f"{_p(s['ttfa_ms'], 'p99'):>9}{_p(st['endpoint']):>8}{_p(st['llm_queue']):>7}"
-                  f"{_p(st['first_token']):>9}{_p(st['tts_first_chunk']):>9}{_p(s['transport_ms']):>8}")
+            print(f"{name:<20}{s['ok']:>4}{fmt(s['ttfa_ms']):>10}{fmt(s['ttfa_ms'], 'p95'):>9}"
+                  f"{fmt(s['ttfa_ms'], 'p99'):>9}{fmt(st['endpoint']):>8}{fmt(st['llm_queue']):>7}"
+                  f"{fmt(st['first_token']):>9}{fmt(st['tts_first_chunk']):>9}{fmt(s['transport_ms']):>8}")
         print("\nPipeline overhead = stack (turn start -> first audio at the client) - direct path, per turn, ms")
         print(f"{'case':<20}{'stack p50':>10}{'direct p50':>11}{'ovh p50':>9}{'95% CI':>10}{'ovh p95':>9}"
               f"{'server-only':>12}{'% TTFA':>8}{'met':>5}{'CPU ovh':>9}{'tts slower':>11}{'outside':>9}")
@@ -51,32 +79,14 @@ def print_run(r: dict) -> None:
             stack_p50 = sorted(stack)[len(stack) // 2] if stack else None
             ratio = s["overhead_ratio_p50"]
             print(f"{name:<20}{'-' if stack_p50 is None else f'{stack_p50:.1f}':>10}"
-                  f"{_p(s['direct_ms']['first_audio']):>11}{_p(s['overhead_ms']):>9}"
-                  f"{_ci(s.get('overhead_p50_ci95_ms')):>10}{_p(s['overhead_ms'], 'p95'):>9}"
-                  f"{_p(s['overhead_server_ms']):>12}{'-' if ratio is None else f'{ratio * 100:.1f}':>8}"
-                  f"{'yes' if s['overhead_met'] else 'no':>5}{_p(s['cpu_overhead_ms']):>9}"
-                  f"{_p(s.get('tts_synthesis_slowdown_ms')):>11}{_p(s.get('overhead_outside_synthesis_ms')):>9}")
+                  f"{fmt(s['direct_ms']['first_audio']):>11}{fmt(s['overhead_ms']):>9}"
+                  f"{fmt_ci(s.get('overhead_p50_ci95_ms')):>10}{fmt(s['overhead_ms'], 'p95'):>9}"
+                  f"{fmt(s['overhead_server_ms']):>12}{'-' if ratio is None else f'{ratio * 100:.1f}':>8}"
+                  f"{'yes' if s['overhead_met'] else 'no':>5}{fmt(s['cpu_overhead_ms']):>9}"
+                  f"{fmt(s.get('tts_synthesis_slowdown_ms')):>11}{fmt(s.get('overhead_outside_synthesis_ms')):>9}")
         o = r["overhead"]
-        ratio = "-" if o["ratio_p50"] is None else f"{o['ratio_p50'] * 100:.1f} %"
-        verdict = "met" if o["met"] else "NOT met"
-        if o.get("met_at_ci_high"):
-            verdict += " (even at the high end of the 95 % interval)"
-        elif o.get("missed_at_ci_low"):
-            verdict += " (missed even at the low end of the 95 % interval)"
-        else:
-            verdict += " (the 95 % interval spans 10 ms: more turns needed to tell)"
-        print(f"all turns of the page and typed clients ({', '.join(o['cases'])}): overhead p50 "
-              f"{_p(o['all_turns_ms'])} ms (95 % CI {_ci(o.get('all_turns_p50_ci95_ms'))}), "
-              f"{ratio} of TTFA; target <= 10 ms and <= 5 %: {verdict}")
-        raw = o.get("raw_client")
-        if raw:
-            raw_ratio = "-" if raw["ratio_p50"] is None else f"{raw['ratio_p50'] * 100:.1f} %"
-            print(f"a client without its own VAD ({', '.join(raw['cases'])}; it streams while the answer is "
-                  f"prepared): overhead p50 {_p(raw['all_turns_ms'])} ms (95 % CI "
-                  f"{_ci(raw.get('all_turns_p50_ci95_ms'))}), {raw_ratio} of TTFA")
-        print(f"outside synthesis (request, text relay, first chunk to the client): p50 "
-              f"{_p(o.get('outside_synthesis_all_turns_ms'))} ms (95 % CI {_ci(o.get('outside_synthesis_p50_ci95_ms'))})")
-        print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {_p(o['cpu_all_turns_ms'])} ms "
+        print_overall(o)
+        print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {fmt(o['cpu_all_turns_ms'])} ms "
               "per turn")
         print("tts slower: the first sentence's synthesis in the tts service minus the same synthesis in process "
               "(the part of the overhead that is contention, not a hop)")
@@ -85,9 +95,9 @@ def print_run(r: dict) -> None:
     if legs:
         for name in ("llm_ttft", "tts_first_chunk"):
             leg = legs[name]
-            print(f"service vs engine, {name}: service p50 {_p(leg['service_ms'])} ms, engine p50 "
-                  f"{_p(leg['engine_ms'])} ms, difference p50 {_p(leg['overhead_ms'])} ms "
-                  f"(p95 {_p(leg['overhead_ms'], 'p95')})")
+            print(f"service vs engine, {name}: service p50 {fmt(leg['service_ms'])} ms, engine p50 "
+                  f"{fmt(leg['engine_ms'])} ms, difference p50 {fmt(leg['overhead_ms'])} ms "
+                  f"(p95 {fmt(leg['overhead_ms'], 'p95')})")
     load = r.get("load")
     if load:
         print(f"\nLoad (typed turns; LLM admission limit {load['admission_limit']}), client TTFA ms")
@@ -96,7 +106,7 @@ def print_run(r: dict) -> None:
         for row in load["levels"]:
             t = row["ttfa_ms"]
             print(f"{row['level']:>8}{row['turns']:>7}{row['ok']:>5}{row['busy']:>6}{row['errors']:>8}"
-                  f"{row['timeouts']:>10}{row['dropped']:>9}{row['refused_http']:>13}{_p(t):>9}{_p(t, 'p95'):>9}{_p(t, 'p99'):>9}"
+                  f"{row['timeouts']:>10}{row['dropped']:>9}{row['refused_http']:>13}{fmt(t):>9}{fmt(t, 'p95'):>9}{fmt(t, 'p99'):>9}"
                   f"{row['load_average'][0]:>10.2f}")
         print(f"plot: {load['plot']}")
     comp = r.get("components")

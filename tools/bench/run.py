@@ -196,7 +196,7 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
     began = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir.mkdir(parents=True, exist_ok=True)
-    result: dict = {"started_at": stamp, "machine": stats.machine(),
+    result: dict = {"started_at": stamp, "machine": stats.machine(), "commit": stats.commit(),
                     "command": "python -m tools.bench run " + f"--turns {turns} --levels {','.join(map(str, levels))}",
                     "config": {"turns_per_case": turns, "levels": list(levels), "load_turns_per_session": load_turns,
                                "load_bound_s": load_bound_s, "stack_env": LOAD_ENV, "top_k": 1, "llm_threads": 1,
@@ -302,34 +302,41 @@ def run_components(engine_rows: dict[str, list[dict]], tts_engine, voice: str, b
 
 
 def overall_overhead(cases: dict) -> dict:
-    """Per-turn overhead over the product's own clients (the page's spoken turns and typed turns), whether
-    each case meets the target, and the same figures for a client without its own VAD, apart: it streams
-    the microphone to the server while the answer is prepared, which the page does not."""
+    """Per-turn overhead over the product's own clients, with each case's own verdict beside it."""
     per_case = {name: {k: c["summary"][k] for k in ("overhead_ms", "overhead_p50_ci95_ms", "overhead_ratio_p50",
                                                      "overhead_met")}
                 for name, c in cases.items()}
+    return overhead_by_client(cases) | {"per_case": per_case}
+
+
+def overhead_by_client(cases: dict) -> dict:
+    """The overhead over the product's own clients (the page's spoken turns and typed turns), and the same
+    figures for a client without its own VAD, apart: it streams the microphone to the server while the answer
+    is prepared, which the page does not."""
     raw = {name: c for name, c in cases.items() if c["summary"]["client"] == "raw"}
-    out = _overhead_of({name: c for name, c in cases.items() if name not in raw})
-    out["per_case"] = per_case
+    out = overhead_of({name: c for name, c in cases.items() if name not in raw})
     if raw:
-        out["raw_client"] = _overhead_of(raw)
+        out["raw_client"] = overhead_of(raw)
     return out
 
 
-def _overhead_of(cases: dict) -> dict:
-    values = [r["overhead_ms"] for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
-    ttfa = [r["stack"]["client_ttfa_ms"] for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
+def overhead_of(cases: dict) -> dict:
+    """The overhead's figures over every paired turn of `cases` ({name: {"rows": [...]}}), with the verdict."""
+    paired = [r for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
+    values = [r["overhead_ms"] for r in paired]
+    ttfa = [r["stack"]["client_ttfa_ms"] for r in paired]
     p50 = stats.percentile(values, 50)
     ratio = round(p50 / statistics.median(ttfa), 4) if values else None
-    cpu = [r["cpu_overhead_ms"] for c in cases.values() for r in c["rows"] if "cpu_overhead_ms" in r]
-    outside = [_outside_synthesis(r) for c in cases.values() for r in c["rows"] if "overhead_ms" in r]
-    split = {k: stats.summary(r.get(k) for c in cases.values() for r in c["rows"] if "overhead_ms" in r)
-             for k in ("llm_engine_gap_ms", "first_token_hops_ms")}
+    outside = [_outside_synthesis(r) for r in paired]
+    slower = [r.get("tts_synthesis_slowdown_ms") for r in paired]
+    split = {k: stats.summary(r.get(k) for r in paired) for k in ("llm_engine_gap_ms", "first_token_hops_ms")}
     ci = stats.median_ci(values)
     return {"cases": sorted(cases), "all_turns_ms": stats.summary(values), "all_turns_p50_ci95_ms": ci,
-            "ratio_p50": ratio, "cpu_all_turns_ms": stats.summary(cpu),
+            "ratio_p50": ratio, "cpu_all_turns_ms": stats.summary(r.get("cpu_overhead_ms") for r in paired),
             "outside_synthesis_all_turns_ms": stats.summary(outside),
             "outside_synthesis_p50_ci95_ms": stats.median_ci(outside),
+            "tts_slower_all_turns_ms": stats.summary(slower),
+            "tts_slower_p50_ci95_ms": stats.median_ci(slower),
             "llm_engine_gap_all_turns_ms": split["llm_engine_gap_ms"],
             "first_token_hops_all_turns_ms": split["first_token_hops_ms"],
             "met": bool(values) and p50 <= TARGET_OVERHEAD_MS and ratio <= TARGET_OVERHEAD_RATIO,

@@ -6,8 +6,10 @@ import math
 import os
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -73,6 +75,19 @@ def machine() -> dict:
     return {"cpu": model, "cores": os.cpu_count(), "affinity_cores": len(os.sched_getaffinity(0)),
             "memory_gb": memory_gb, "os": platform.platform(), "python": platform.python_version(),
             "load_average": load_average(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def commit() -> str | None:
+    """The code a run measured: git's HEAD, with "-dirty" when tracked files differ from it (None outside a
+    checkout). Runs are pooled only when this is the same (`tools.bench.pool`)."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                               capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def flatten(tree: object, prefix: str = "") -> dict[str, float]:
