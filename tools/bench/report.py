@@ -53,8 +53,6 @@ def print_overall(o: dict) -> None:
           f"{fmt(o.get('outside_synthesis_all_turns_ms'))} ms (95 % CI {fmt_ci(o.get('outside_synthesis_p50_ci95_ms'))})")
     print(f"tts slower (synthesis in the tts service minus in process): p50 {fmt(o.get('tts_slower_all_turns_ms'))} ms "
           f"(95 % CI {fmt_ci(o.get('tts_slower_p50_ci95_ms'))})")
-    print(f"at equal CPU speed (the direct path's synthesis scaled to the stack's CPU time): overhead p50 "
-          f"{fmt(o.get('at_equal_speed_all_turns_ms'))} ms (95 % CI {fmt_ci(o.get('at_equal_speed_p50_ci95_ms'))})")
 
 
 def print_run(r: dict) -> None:
