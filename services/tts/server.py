@@ -32,8 +32,22 @@ _LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h":
 FIRST_CHUNK_SECONDS = Histogram(
     "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
     ["method"], buckets=metrics.LATENCY_BUCKETS)
+FIRST_CHUNK_CPU_SECONDS = Histogram(
+    "sotto_tts_first_chunk_cpu_seconds", "CPU time the engine's thread spent on the first audio chunk. "
+    "sotto_tts_first_chunk_seconds minus this is the time it was off a core: other work had the cores.",
+    ["method"], buckets=metrics.LATENCY_BUCKETS)
 ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
 AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
+
+
+def _step(chunks: Iterator) -> tuple[object | None, float]:
+    """The engine's next chunk (None at the end) and the CPU time this worker thread spent on it. ONNX Runtime
+    runs part of each step on the calling thread and spins on it while its other threads finish, so the thread
+    is on a core throughout unless other work takes the core: a slow CPU grows this with the wall time, waiting
+    for a core does not."""
+    cpu = time.thread_time()
+    chunk = next(chunks, None)
+    return chunk, time.thread_time() - cpu
 
 
 def _audio_out(chunk, sample_rate: int) -> tts_pb2.AudioOut:
@@ -70,9 +84,13 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         code = grpc.StatusCode.OK
         ACTIVE_STREAMS.inc()
         try:
-            while (chunk := await self._call(next, chunks, None)) is not None:
+            while True:
+                chunk, cpu = await self._call(_step, chunks)
+                if chunk is None:
+                    break
                 if first:
                     FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
+                    FIRST_CHUNK_CPU_SECONDS.labels(method).observe(cpu)
                     first = False
                 AUDIO_SECONDS.inc(chunk.samples / self.engine.sample_rate)
                 yield _audio_out(chunk, self.engine.sample_rate)

@@ -93,6 +93,11 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
         # the tts service really synthesised the first sentence: its own first-chunk time is a real duration
         [row] = case["rows"]
         assert row["tts_service_first_chunk_ms"] > 50 and s["tts_synthesis_slowdown_ms"]["n"] == 1
+        # and on both paths the synthesising thread's CPU was read, so its time off a core is known
+        assert 0 < row["tts_service_first_chunk_cpu_ms"] <= row["tts_service_first_chunk_ms"]
+        assert 0 < row["direct"]["tts_first_chunk_cpu_ms"] <= row["direct"]["tts_first_chunk_ms"]
+        direct_wait = row["direct"]["tts_first_chunk_ms"] - row["direct"]["tts_first_chunk_cpu_ms"]
+        assert row["tts_core_wait_diff_ms"] == pytest.approx(row["tts_core_wait_ms"] - direct_wait, abs=0.2)
         assert s["overhead_ratio_p50"] is not None and isinstance(s["overhead_met"], bool)
         assert s["same_reply_both_paths"], case["rows"]  # deterministic sampling: the paths did the same work
         # the first token's overhead splits into the engine's own gap and the hops, and the two add up
@@ -126,6 +131,7 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
     assert o["raw_client"]["all_turns_ms"]["n"] == 1 and set(o["per_case"]) == set(r["cases"])
     assert o["all_turns_p50_ci95_ms"][0] <= o["all_turns_ms"]["p50"] <= o["all_turns_p50_ci95_ms"][1]
     assert o["tts_slower_all_turns_ms"]["n"] == 2 and len(o["tts_slower_p50_ci95_ms"]) == 2
+    assert o["tts_core_wait_diff_all_turns_ms"]["n"] == 2
     # the run names the code it measured, so its turns can be pooled with other runs of the same code
     assert len(r["commit"].removesuffix("-dirty")) == 40
     assert main(["pool", str(path), str(path), "--out", str(tmp_path / "pooled.json")]) == 0

@@ -151,10 +151,15 @@ async def test_synthesis_counts_the_audio_it_sends(tts):
     stub, _ = tts
     audio = metric("sotto_tts_audio_seconds_total")
     first_chunks = metric("sotto_tts_first_chunk_seconds_count", method="Synthesize")
+    wall, cpu = (metric(f"sotto_tts_first_chunk{m}_seconds_sum", method="Synthesize") for m in ("", "_cpu"))
     outs = [o async for o in stub.Synthesize(tts_pb2.SynthesizeRequest(text="Hello there.", config=VOICE), timeout=60)]
     sent = sum(len(o.pcm16) // 2 for o in outs) / 24000
     assert sent > 0.3 and metric("sotto_tts_audio_seconds_total") - audio == pytest.approx(sent)
     assert metric("sotto_tts_first_chunk_seconds_count", method="Synthesize") == first_chunks + 1
+    assert metric("sotto_tts_first_chunk_cpu_seconds_count", method="Synthesize") == first_chunks + 1
+    # the engine thread's own CPU: real work, and never more than the first chunk's wall time (one thread)
+    cpu = metric("sotto_tts_first_chunk_cpu_seconds_sum", method="Synthesize") - cpu
+    assert 0.01 < cpu <= metric("sotto_tts_first_chunk_seconds_sum", method="Synthesize") - wall
     assert metric("sotto_tts_active_streams") == 0
 
 

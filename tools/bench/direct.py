@@ -38,6 +38,7 @@ class DirectTurn:
     engine_first_token_ms: float | None = None  # the engine's own, as the llm service reports it for the stack
     first_sentence_ms: float | None = None   # request -> first sentence complete
     tts_first_chunk_ms: float | None = None  # first sentence complete -> first audio chunk
+    tts_first_chunk_cpu_ms: float | None = None  # the TTS thread's CPU to it, as the tts service measures its own
     first_audio_ms: float | None = None      # request -> first audio chunk
     reply: str = ""
     decode_tokens: int = 0
@@ -88,9 +89,11 @@ class DirectPath:
             return round((time.perf_counter() - started) * 1000, 1)
 
         def speak() -> None:
+            cpu = time.thread_time()
             for _ in self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed):
                 if not first_chunk:
                     first_chunk.append(ms())
+                    out.tts_first_chunk_cpu_ms = round((time.thread_time() - cpu) * 1000, 1)
 
         def feed(done: list) -> None:
             for sentence in done:

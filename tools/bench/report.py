@@ -53,6 +53,9 @@ def print_overall(o: dict) -> None:
           f"{fmt(o.get('outside_synthesis_all_turns_ms'))} ms (95 % CI {fmt_ci(o.get('outside_synthesis_p50_ci95_ms'))})")
     print(f"tts slower (synthesis in the tts service minus in process): p50 {fmt(o.get('tts_slower_all_turns_ms'))} ms "
           f"(95 % CI {fmt_ci(o.get('tts_slower_p50_ci95_ms'))})")
+    wait, wait_ci = o.get("tts_core_wait_diff_all_turns_ms"), o.get("tts_core_wait_diff_p50_ci95_ms")
+    print(f"of it, the synthesising thread off a core (tts service minus in process): p50 {fmt(wait)} ms "
+          f"(95 % CI {fmt_ci(wait_ci)}); the rest is the host's speed and ONNX Runtime's other threads, not seen")
 
 
 def print_run(r: dict) -> None:
