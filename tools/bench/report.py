@@ -32,8 +32,8 @@ def _ratio(value: float | None) -> str:
 
 
 def print_overall(o: dict) -> None:
-    """The verdict on the target over the page's and typed turns, the raw client's figures apart, and the part
-    of the overhead outside synthesis."""
+    """The verdict on the target over the page's and typed turns, the raw client's figures apart, and the
+    overhead in its parts: outside synthesis, the synthesis slower in the stack, and of that its core wait."""
     verdict = "met" if o["met"] else "NOT met"
     if o.get("met_at_ci_high"):
         verdict += " (even at the high end of the 95 % interval)"
@@ -91,8 +91,8 @@ def print_run(r: dict) -> None:
         print_overall(o)
         print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {fmt(o['cpu_all_turns_ms'])} ms "
               "per turn")
-        print("tts slower: the first sentence's synthesis in the tts service minus the same synthesis in process "
-              "(the part of the overhead that is contention, not a hop)")
+        print("tts slower (column): the first sentence's synthesis in the tts service minus the same synthesis in "
+              "process, not a hop: the host's speed moving between the two, and contention (its core wait)")
         _print_first_token_split(cases, o)
     legs = r.get("legs")
     if legs:
