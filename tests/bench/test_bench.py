@@ -157,7 +157,7 @@ def test_a_tiny_run_saves_every_figure(tmp_path) -> None:
 def _result(commit: str, overheads: dict[str, list[float]], spoken_tokens: int = 4) -> dict:
     """A saved run reduced to what pooling reads: per case its paired turns (overhead, synthesis difference,
     TTFA) and the run's own overall figures, as `python -m tools.bench run` writes them."""
-    from tools.bench.run import overhead_by_client
+    from tools.bench.overhead import overhead_by_client
 
     cases = {name: {"summary": {"client": "raw" if name.endswith("_raw") else "page"},
                     "rows": [{"overhead_ms": v, "tts_synthesis_slowdown_ms": v - 8.0, "llm_engine_gap_ms": 1.0,

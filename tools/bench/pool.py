@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tools.bench.report import fmt, fmt_ci, print_overall
-from tools.bench.run import overhead_by_client, overhead_of
+from tools.bench.overhead import overhead_by_client, overhead_of
 
 # What a run's turns depend on besides the host: the code, the models, and the sampling that makes both paths
 # decode the same reply.

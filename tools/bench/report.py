@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from services.llm import bench as llm_bench
-
 
 def fmt(s: dict | None, q: str = "p50") -> str:
     value = None if s is None else s.get(q)
@@ -59,6 +57,8 @@ def print_overall(o: dict) -> None:
 
 
 def print_run(r: dict) -> None:
+    from services.llm import bench as llm_bench  # here, not at the top: `pool` prints without loading the engines
+
     m = r["machine"]
     print(f"\nSotto bench {r['started_at']}  {m['cpu']}, {m['cores']} cores, load average "
           f"{' '.join(map(str, m['load_average']))} (start) / {' '.join(map(str, m['load_average_end']))} (end)")
