@@ -31,6 +31,7 @@ from typing import Protocol
 import numpy as np
 
 from services.common.audio import float_to_pcm16
+from services.tts import core_wait
 from services.tts.text import Sentence, SentenceSplitter, speakable, split_sentences
 
 SAMPLE_RATE = 24000
@@ -106,6 +107,7 @@ class AudioChunk:
 class TtsEngine(Protocol):
     name: str
     sample_rate: int
+    pool_threads: frozenset[int]
 
     def voices(self) -> list[str]: ...
 
@@ -137,6 +139,8 @@ class _KokoroBase:
 
     name = "kokoro"
     sample_rate = SAMPLE_RATE
+    # Native threads, besides the caller's, that a synthesis computes on; measured for their waits for a core.
+    pool_threads: frozenset[int] = frozenset()
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
                  default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 24,
@@ -290,8 +294,10 @@ class KokoroOnnx(_KokoroBase):
         # Every sentence has its own input length; ORT would cache a memory pattern for each one, so memory
         # would creep up with the variety of sentences spoken (seen as +90 MB over a 20-minute soak).
         session_options.enable_mem_pattern = False
+        before = core_wait.thread_ids()
         session = ort.InferenceSession(str(model_path), sess_options=session_options,
                                        providers=["CPUExecutionProvider"])
+        self.pool_threads = frozenset(core_wait.thread_ids() - before)  # ORT's intra-op pool: threads - 1
         self._session = _AbortableSession(session)
         self._kokoro = Kokoro.from_session(self._session, str(voices_path))
         super().__init__(list(self._kokoro.voices.keys()), self._kokoro.tokenizer, **options)

@@ -28,6 +28,7 @@ from services.gateway.client import FRAME_MS
 from services.gateway.vad_link import batch_windows
 from services.llm.engine import Finished, LlmEngine, TextDelta
 from services.llm.server import SamplingDefaults, engine_config, to_engine_request
+from services.tts import core_wait
 from services.tts.server import load_engine
 from services.vad.server import default_settings, load_model
 from sotto.v1 import llm_pb2
@@ -38,7 +39,7 @@ class DirectTurn:
     engine_first_token_ms: float | None = None  # the engine's own, as the llm service reports it for the stack
     first_sentence_ms: float | None = None   # request -> first sentence complete
     tts_first_chunk_ms: float | None = None  # first sentence complete -> first audio chunk
-    tts_first_chunk_cpu_ms: float | None = None  # the TTS thread's CPU to it, as the tts service measures its own
+    tts_first_chunk_queued_ms: float | None = None  # the TTS threads' waits for a core in it, as the service's
     first_audio_ms: float | None = None      # request -> first audio chunk
     reply: str = ""
     decode_tokens: int = 0
@@ -89,11 +90,14 @@ class DirectPath:
             return round((time.perf_counter() - started) * 1000, 1)
 
         def speak() -> None:
-            cpu = time.thread_time()
+            threads = (threading.get_native_id(), *self.tts.pool_threads)
+            queued = core_wait.queued_seconds(threads)
             for _ in self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed):
                 if not first_chunk:
                     first_chunk.append(ms())
-                    out.tts_first_chunk_cpu_ms = round((time.thread_time() - cpu) * 1000, 1)
+                    after = core_wait.queued_seconds(threads)
+                    if queued is not None and after is not None:
+                        out.tts_first_chunk_queued_ms = round((after - queued) * 1000, 1)
 
         def feed(done: list) -> None:
             for sentence in done:

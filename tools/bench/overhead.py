@@ -21,6 +21,16 @@ def outside_synthesis(row: dict) -> float | None:
     return None if slowdown is None else round(row["overhead_ms"] - slowdown, 1)
 
 
+def pipeline_cost(row: dict) -> float | None:
+    """The overhead with the synthesis's own speed left out and its waits kept: outside synthesis plus how
+    much longer the synthesis's threads waited for a core in the tts service than in process (the kernel's
+    count). What is left out, the same work running at a different speed on the two paths, is the host's
+    speed: it moves one pair's synthesis by about 160 ms (SD) and averages out, so the raw p50 needs
+    thousands of turns to be pinned to a few ms where this needs tens."""
+    outside, wait = outside_synthesis(row), row.get("tts_core_wait_diff_ms")
+    return None if outside is None or wait is None else round(outside + wait, 1)
+
+
 def overhead_by_client(cases: dict) -> dict:
     """The overhead over the product's own clients (the page's spoken turns and typed turns), and the same
     figures for a client without its own VAD, apart: it streams the microphone to the server while the answer
@@ -44,6 +54,9 @@ def overhead_of(cases: dict) -> dict:
     core_wait = [r.get("tts_core_wait_diff_ms") for r in paired]
     split = {k: stats.summary(r.get(k) for r in paired) for k in ("llm_engine_gap_ms", "first_token_hops_ms")}
     ci = stats.median_ci(values)
+    cost = [pipeline_cost(r) for r in paired]
+    cost_p50, cost_ci = stats.percentile(cost, 50), stats.median_ci(cost)
+    cost_ratio = round(cost_p50 / statistics.median(ttfa), 4) if cost_p50 is not None else None
     return {"cases": sorted(cases), "all_turns_ms": stats.summary(values), "all_turns_p50_ci95_ms": ci,
             "ratio_p50": ratio, "cpu_all_turns_ms": stats.summary(r.get("cpu_overhead_ms") for r in paired),
             "outside_synthesis_all_turns_ms": stats.summary(outside),
@@ -52,10 +65,15 @@ def overhead_of(cases: dict) -> dict:
             "tts_slower_p50_ci95_ms": stats.median_ci(slower),
             "tts_core_wait_diff_all_turns_ms": stats.summary(core_wait),
             "tts_core_wait_diff_p50_ci95_ms": stats.median_ci(core_wait),
+            "pipeline_cost_all_turns_ms": stats.summary(cost), "pipeline_cost_p50_ci95_ms": cost_ci,
+            "pipeline_cost_ratio_p50": cost_ratio,
             "llm_engine_gap_all_turns_ms": split["llm_engine_gap_ms"],
             "first_token_hops_all_turns_ms": split["first_token_hops_ms"],
             "met": bool(values) and p50 <= TARGET_OVERHEAD_MS and ratio <= TARGET_OVERHEAD_RATIO,
             # The verdict the turns support: met or missed even at the far end of the p50's interval.
             "met_at_ci_high": bool(values) and ci is not None and ci[1] <= TARGET_OVERHEAD_MS
                               and ratio <= TARGET_OVERHEAD_RATIO,
-            "missed_at_ci_low": ci is not None and ci[0] > TARGET_OVERHEAD_MS}
+            "missed_at_ci_low": ci is not None and ci[0] > TARGET_OVERHEAD_MS,
+            # The same target on the pipeline's cost, whose interval the host's speed does not widen.
+            "cost_met_at_ci_high": cost_ci is not None and cost_ci[1] <= TARGET_OVERHEAD_MS
+                                   and cost_ratio <= TARGET_OVERHEAD_RATIO}

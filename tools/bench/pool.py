@@ -72,11 +72,11 @@ def print_pool(pooled: dict) -> None:
     print("per run, overhead p50 over its page and typed turns (ms): "
           + ", ".join(f"{r['overhead_p50_ms']} ({r['turns']})" for r in runs))
     print(f"\n{'case':<20}{'turns':>6}{'ovh p50':>9}{'95% CI':>11}{'outside':>9}{'tts slower':>11}"
-          f"{'engine gap':>11}{'hops':>7}{'core wait':>10}")
+          f"{'engine gap':>11}{'hops':>7}{'core wait':>10}{'cost':>7}")
     for case, o in pooled["per_case"].items():
         print(f"{case:<20}{o['all_turns_ms']['n']:>6}{fmt(o['all_turns_ms']):>9}{fmt_ci(o['all_turns_p50_ci95_ms']):>11}"
               f"{fmt(o['outside_synthesis_all_turns_ms']):>9}{fmt(o['tts_slower_all_turns_ms']):>11}"
               f"{fmt(o['llm_engine_gap_all_turns_ms']):>11}{fmt(o['first_token_hops_all_turns_ms']):>7}"
-              f"{fmt(o.get('tts_core_wait_diff_all_turns_ms')):>10}")
+              f"{fmt(o.get('tts_core_wait_diff_all_turns_ms')):>10}{fmt(o.get('pipeline_cost_all_turns_ms')):>7}")
     print()
     print_overall(pooled["overhead"])

@@ -31,12 +31,17 @@ def _ratio(value: float | None) -> str:
 
 def print_overall(o: dict) -> None:
     """The verdict on the target over the page's and typed turns, the raw client's figures apart, and the
-    overhead in its parts: outside synthesis, the synthesis slower in the stack, and of that its core wait."""
+    overhead in its parts: outside synthesis, the synthesis slower in the stack, and of that its core wait.
+
+    The raw p50 decides met or not; whether the turns show it is read off two intervals: the raw p50's, and the
+    pipeline cost's, which leaves out the host's speed (the widest part of the raw one) and keeps every wait."""
     verdict = "met" if o["met"] else "NOT met"
     if o.get("met_at_ci_high"):
         verdict += " (even at the high end of the 95 % interval)"
     elif o.get("missed_at_ci_low"):
         verdict += " (missed even at the low end of the 95 % interval)"
+    elif o["met"] and o.get("cost_met_at_ci_high"):
+        verdict += " (the raw interval spans 10 ms; the pipeline cost's stays under it)"
     else:
         verdict += " (the 95 % interval spans 10 ms: more turns needed to tell)"
     print(f"all turns of the page and typed clients ({', '.join(o['cases'])}): overhead p50 "
@@ -52,8 +57,11 @@ def print_overall(o: dict) -> None:
     print(f"tts slower (synthesis in the tts service minus in process): p50 {fmt(o.get('tts_slower_all_turns_ms'))} ms "
           f"(95 % CI {fmt_ci(o.get('tts_slower_p50_ci95_ms'))})")
     wait, wait_ci = o.get("tts_core_wait_diff_all_turns_ms"), o.get("tts_core_wait_diff_p50_ci95_ms")
-    print(f"of it, the synthesising thread off a core (tts service minus in process): p50 {fmt(wait)} ms "
-          f"(95 % CI {fmt_ci(wait_ci)}); the rest is the host's speed and ONNX Runtime's other threads, not seen")
+    print(f"of it, the synthesis's threads waiting for a core (tts service minus in process): p50 {fmt(wait)} ms "
+          f"(95 % CI {fmt_ci(wait_ci)}); the rest is the host's speed")
+    print(f"pipeline cost (outside synthesis + that wait, per turn): p50 {fmt(o.get('pipeline_cost_all_turns_ms'))} "
+          f"ms (95 % CI {fmt_ci(o.get('pipeline_cost_p50_ci95_ms'))}), {_ratio(o.get('pipeline_cost_ratio_p50'))} "
+          f"of TTFA")
 
 
 def print_run(r: dict) -> None:
@@ -75,7 +83,7 @@ def print_run(r: dict) -> None:
                   f"{fmt(st['first_token']):>9}{fmt(st['tts_first_chunk']):>9}{fmt(s['transport_ms']):>8}")
         print("\nPipeline overhead = stack (turn start -> first audio at the client) - direct path, per turn, ms")
         print(f"{'case':<20}{'stack p50':>10}{'direct p50':>11}{'ovh p50':>9}{'95% CI':>10}{'ovh p95':>9}"
-              f"{'server-only':>12}{'% TTFA':>8}{'met':>5}{'CPU ovh':>9}{'tts slower':>11}{'outside':>9}")
+              f"{'server-only':>12}{'% TTFA':>8}{'met':>5}{'CPU ovh':>9}{'tts slower':>11}{'outside':>9}{'cost':>7}")
         for name, c in cases.items():
             s = c["summary"]
             stack = [row["stack"]["client_stage_ms"] for row in c["rows"] if "overhead_ms" in row]
@@ -86,13 +94,15 @@ def print_run(r: dict) -> None:
                   f"{fmt_ci(s.get('overhead_p50_ci95_ms')):>10}{fmt(s['overhead_ms'], 'p95'):>9}"
                   f"{fmt(s['overhead_server_ms']):>12}{'-' if ratio is None else f'{ratio * 100:.1f}':>8}"
                   f"{'yes' if s['overhead_met'] else 'no':>5}{fmt(s['cpu_overhead_ms']):>9}"
-                  f"{fmt(s.get('tts_synthesis_slowdown_ms')):>11}{fmt(s.get('overhead_outside_synthesis_ms')):>9}")
+                  f"{fmt(s.get('tts_synthesis_slowdown_ms')):>11}{fmt(s.get('overhead_outside_synthesis_ms')):>9}"
+                  f"{fmt(s.get('pipeline_cost_ms')):>7}")
         o = r["overhead"]
         print_overall(o)
         print(f"CPU overhead (gateway + llm/tts services - same engines in-process) p50 {fmt(o['cpu_all_turns_ms'])} ms "
               "per turn")
         print("tts slower (column): the first sentence's synthesis in the tts service minus the same synthesis in "
-              "process, not a hop: the host's speed moving between the two, and contention (its core wait)")
+              "process, not a hop: the host's speed moving between the two, and contention (its core wait); cost: outside + "
+              "core wait")
         _print_first_token_split(cases, o)
     legs = r.get("legs")
     if legs:

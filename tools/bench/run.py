@@ -29,7 +29,7 @@ from tools.bench import components, legs, procs, stats
 from tools.bench.direct import DirectPath
 from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
 from tools.bench.load import plot, run_levels
-from tools.bench.overhead import (TARGET_OVERHEAD_MS, TARGET_OVERHEAD_RATIO, outside_synthesis,
+from tools.bench.overhead import (TARGET_OVERHEAD_MS, TARGET_OVERHEAD_RATIO, outside_synthesis, pipeline_cost,
                                    overhead_by_client)
 from tools.bench.report import print_run
 from tools.bench.wsdriver import run_turn
@@ -57,12 +57,12 @@ def _tts_first_chunk_s(stack) -> float:
     return stack.metric("tts", "sotto_tts_first_chunk_seconds_sum", method="SynthesizeStream")
 
 
-def _tts_first_chunk_cpu_s(stack) -> float:
-    """The CPU time the tts service's engine thread spent on first chunks so far, summed."""
-    return stack.metric("tts", "sotto_tts_first_chunk_cpu_seconds_sum", method="SynthesizeStream")
+def _tts_first_chunk_queued_s(stack) -> float:
+    """How long the tts service's engine threads waited for a core during first chunks so far, summed."""
+    return stack.metric("tts", "sotto_tts_first_chunk_queued_seconds_sum", method="SynthesizeStream")
 
 
-def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, tts_service_cpu_ms: float,
+def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, tts_service_queued_ms: float,
             direct_turn) -> dict:
     row = {"stack": asdict(stack_turn), "stack_cpu_ms": cpu, "direct": asdict(direct_turn)}
     row["stack"].pop("llm_audio_wav", None)
@@ -74,7 +74,7 @@ def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, tts_servic
         # in this process. A difference here is synthesis slowed by what runs beside it, not a hop's cost.
         row["tts_service_first_chunk_ms"] = round(tts_service_ms, 1)
         row["tts_synthesis_slowdown_ms"] = round(tts_service_ms - direct_turn.tts_first_chunk_ms, 1)
-        row.update(_core_wait(tts_service_ms, tts_service_cpu_ms, direct_turn))
+        row.update(_core_wait(tts_service_queued_ms, direct_turn))
     row.update(_first_token_split(stack_turn.timings, direct_turn))
     if {"gateway", "llm", "tts"} <= cpu.keys():
         # CPU the stack spent beyond the engines' own work: the gateway and the two model services, minus the
@@ -84,18 +84,16 @@ def _paired(stack_turn, cpu: dict[str, float], tts_service_ms: float, tts_servic
     return row
 
 
-def _core_wait(service_ms: float, service_cpu_ms: float, direct_turn) -> dict:
-    """How much longer the synthesising thread was off a core in the tts service than in process, while the
-    first chunk was made: the share of "TTS slower" that is contention (the stack's other work taking the
-    cores), apart from the host's speed, which moves the thread's CPU time with the wall time and is most of
-    the turn-to-turn noise here. Only the engine's calling thread is measured (ONNX Runtime spins on it while
-    its other threads finish, so those threads' waits are not seen)."""
-    direct_cpu = direct_turn.tts_first_chunk_cpu_ms
-    if direct_cpu is None or not service_cpu_ms:
+def _core_wait(service_queued_ms: float, direct_turn) -> dict:
+    """How much longer the engine's threads (the calling thread and ONNX Runtime's pool) waited for a core in
+    the tts service than in process while the first chunk was made: the share of "TTS slower" that is the
+    stack's other work taking the cores, apart from the host's speed, which is most of the turn-to-turn noise
+    here. Summed over the threads, so two threads waiting at once count twice: an upper bound on the delay."""
+    direct_queued = direct_turn.tts_first_chunk_queued_ms
+    if direct_queued is None:
         return {}
-    stack_wait, direct_wait = service_ms - service_cpu_ms, direct_turn.tts_first_chunk_ms - direct_cpu
-    return {"tts_service_first_chunk_cpu_ms": round(service_cpu_ms, 1),
-            "tts_core_wait_ms": round(stack_wait, 1), "tts_core_wait_diff_ms": round(stack_wait - direct_wait, 1)}
+    return {"tts_core_wait_ms": round(service_queued_ms, 1),
+            "tts_core_wait_diff_ms": round(service_queued_ms - direct_queued, 1)}
 
 
 def _first_token_split(timings: dict, direct_turn) -> dict:
@@ -126,6 +124,7 @@ def summarize_case(case: Case, rows: list[dict]) -> dict:
            "overhead_ms": stats.summary(r["overhead_ms"] for r in ok),
            "overhead_p50_ci95_ms": stats.median_ci(r["overhead_ms"] for r in ok),
            "overhead_outside_synthesis_ms": stats.summary(outside_synthesis(r) for r in ok),
+           "pipeline_cost_ms": stats.summary(pipeline_cost(r) for r in ok),
            "overhead_server_ms": stats.summary(r["overhead_server_ms"] for r in ok),
            "tts_synthesis_slowdown_ms": stats.summary(r.get("tts_synthesis_slowdown_ms") for r in ok),
            "tts_core_wait_ms": {"stack": stats.summary(r.get("tts_core_wait_ms") for r in ok),
@@ -181,15 +180,15 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
                 bar.set_description(f"{case.name} direct")
                 early = _direct_turn(direct, case, previous)
             bar.set_description(f"{case.name} stack")
-            before, tts_before, tts_cpu_before = (procs.snapshot(pids), _tts_first_chunk_s(stack),
-                                                  _tts_first_chunk_cpu_s(stack))
+            before, tts_before, tts_queued_before = (procs.snapshot(pids), _tts_first_chunk_s(stack),
+                                                     _tts_first_chunk_queued_s(stack))
             turn = asyncio.run(run_turn(stack.ws_url, case, timeout, preroll))
             cpu = procs.delta(before, procs.snapshot(pids))
             tts_ms = (_tts_first_chunk_s(stack) - tts_before) * 1000
-            tts_cpu_ms = (_tts_first_chunk_cpu_s(stack) - tts_cpu_before) * 1000
+            tts_queued_ms = (_tts_first_chunk_queued_s(stack) - tts_queued_before) * 1000
             if _usable(turn):
                 bar.set_description(f"{case.name} direct")
-                rows.append(_paired(turn, cpu, tts_ms, tts_cpu_ms, early or _direct_turn(direct, case, turn)))
+                rows.append(_paired(turn, cpu, tts_ms, tts_queued_ms, early or _direct_turn(direct, case, turn)))
                 rows[-1]["direct_first"] = early is not None
                 previous = turn
             else:
