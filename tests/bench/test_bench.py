@@ -205,6 +205,7 @@ def test_the_verdict_reads_the_pipeline_costs_interval_when_the_hosts_speed_wide
     shown = _result("abc", {"spoken_short": noisy, "typed": noisy}, outside=6.0)["overhead"]
     assert shown["met"] and not shown["met_at_ci_high"] and shown["all_turns_p50_ci95_ms"][1] > 10
     assert shown["pipeline_cost_all_turns_ms"]["p50"] == 6.5 and shown["cost_met_at_ci_high"]
+    assert shown["tts_host_speed_all_turns_ms"]["p50"] == 1.5  # what it leaves out: the raw p50 8 less the cost 6.5
     print_overall(shown)
     assert "met (the raw interval spans 10 ms; the pipeline cost's stays under it)" in capsys.readouterr().out
     costly = _result("abc", {"spoken_short": noisy, "typed": noisy}, outside=12.0)["overhead"]

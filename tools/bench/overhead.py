@@ -52,6 +52,8 @@ def overhead_of(cases: dict) -> dict:
     outside = [outside_synthesis(r) for r in paired]
     slower = [r.get("tts_synthesis_slowdown_ms") for r in paired]
     core_wait = [r.get("tts_core_wait_diff_ms") for r in paired]
+    # What the pipeline cost leaves out, to be seen centred on 0 rather than assumed to be
+    host_speed = [None if s is None or w is None else round(s - w, 1) for s, w in zip(slower, core_wait)]
     split = {k: stats.summary(r.get(k) for r in paired) for k in ("llm_engine_gap_ms", "first_token_hops_ms")}
     ci = stats.median_ci(values)
     cost = [pipeline_cost(r) for r in paired]
@@ -65,6 +67,8 @@ def overhead_of(cases: dict) -> dict:
             "tts_slower_p50_ci95_ms": stats.median_ci(slower),
             "tts_core_wait_diff_all_turns_ms": stats.summary(core_wait),
             "tts_core_wait_diff_p50_ci95_ms": stats.median_ci(core_wait),
+            "tts_host_speed_all_turns_ms": stats.summary(host_speed),
+            "tts_host_speed_p50_ci95_ms": stats.median_ci(host_speed),
             "pipeline_cost_all_turns_ms": stats.summary(cost), "pipeline_cost_p50_ci95_ms": cost_ci,
             "pipeline_cost_ratio_p50": cost_ratio,
             "llm_engine_gap_all_turns_ms": split["llm_engine_gap_ms"],

@@ -58,7 +58,8 @@ def print_overall(o: dict) -> None:
           f"(95 % CI {fmt_ci(o.get('tts_slower_p50_ci95_ms'))})")
     wait, wait_ci = o.get("tts_core_wait_diff_all_turns_ms"), o.get("tts_core_wait_diff_p50_ci95_ms")
     print(f"of it, the synthesis's threads waiting for a core (tts service minus in process): p50 {fmt(wait)} ms "
-          f"(95 % CI {fmt_ci(wait_ci)}); the rest is the host's speed")
+          f"(95 % CI {fmt_ci(wait_ci)}); the rest, the host's speed: p50 {fmt(o.get('tts_host_speed_all_turns_ms'))} "
+          f"ms (95 % CI {fmt_ci(o.get('tts_host_speed_p50_ci95_ms'))})")
     print(f"pipeline cost (outside synthesis + that wait, per turn): p50 {fmt(o.get('pipeline_cost_all_turns_ms'))} "
           f"ms (95 % CI {fmt_ci(o.get('pipeline_cost_p50_ci95_ms'))}), {_ratio(o.get('pipeline_cost_ratio_p50'))} "
           f"of TTFA")
