@@ -26,7 +26,8 @@ def pipeline_cost(row: dict) -> float | None:
     much longer the synthesis's threads waited for a core in the tts service than in process (the kernel's
     count). What is left out, the same work running at a different speed on the two paths, is the host's
     speed: it moves one pair's synthesis by about 160 ms (SD) and averages out, so the raw p50 needs
-    thousands of turns to be pinned to a few ms where this needs tens."""
+    thousands of turns to be pinned to a few ms where this needs tens. The LLM engine's own speed stays in (its
+    first-token difference, "engine gap", is part of outside synthesis), which widens the typed turns' figure."""
     outside, wait = outside_synthesis(row), row.get("tts_core_wait_diff_ms")
     return None if outside is None or wait is None else round(outside + wait, 1)
 
