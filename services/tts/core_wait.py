@@ -9,8 +9,12 @@ running. No library reads it (psutil gives CPU times, not run-queue waits), henc
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 _TASKS = Path("/proc/self/task")
 
@@ -36,3 +40,13 @@ def queued_seconds(tids: Iterable[int]) -> float | None:
         except (OSError, IndexError, ValueError):
             return None
     return total / 1e9
+
+
+def queued_during(pool_threads: Iterable[int], work: Callable[[], T]) -> tuple[T, float | None]:
+    """Run `work` on this thread: its result, and how long this thread and `pool_threads` (the native threads
+    it hands its computation to) waited for a core meanwhile; None where the kernel does not count it."""
+    threads = (threading.get_native_id(), *pool_threads)
+    before = queued_seconds(threads)
+    result = work()
+    after = queued_seconds(threads)
+    return result, None if before is None or after is None else after - before

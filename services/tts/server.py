@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
-import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -40,17 +39,6 @@ FIRST_CHUNK_QUEUED_SECONDS = Histogram(
     ["method"], buckets=metrics.LATENCY_BUCKETS)
 ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
 AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
-
-
-def _step(chunks: Iterator, pool_threads: frozenset[int]) -> tuple[object | None, float | None]:
-    """The engine's next chunk (None at the end) and how long the engine's threads waited for a core while it
-    was made (None where the kernel does not count it). The host's speed moves a chunk's wall time as much as
-    this does; only this is a cost of what runs beside the engine."""
-    threads = (threading.get_native_id(), *pool_threads)
-    queued = core_wait.queued_seconds(threads)
-    chunk = next(chunks, None)
-    after = core_wait.queued_seconds(threads)
-    return chunk, None if queued is None or after is None else after - queued
 
 
 def _audio_out(chunk, sample_rate: int) -> tts_pb2.AudioOut:
@@ -83,21 +71,20 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         """Step the engine's iterator on the worker thread; yield each chunk as it comes.
 
         `text_at()` is when the first text to speak arrived, the origin of the first-chunk latency."""
-        first = True
         code = grpc.StatusCode.OK
         ACTIVE_STREAMS.inc()
         try:
-            while True:
-                chunk, queued = await self._call(_step, chunks, self.engine.pool_threads)
-                if chunk is None:
-                    break
-                if first:
-                    FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
-                    if queued is not None:
-                        FIRST_CHUNK_QUEUED_SECONDS.labels(method).observe(queued)
-                    first = False
+            # The first chunk's waits for a core are read; the later chunks' would go unused.
+            chunk, queued = await self._call(core_wait.queued_during, self.engine.pool_threads,
+                                             lambda: next(chunks, None))
+            if chunk is not None:
+                FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
+                if queued is not None:
+                    FIRST_CHUNK_QUEUED_SECONDS.labels(method).observe(queued)
+            while chunk is not None:
                 AUDIO_SECONDS.inc(chunk.samples / self.engine.sample_rate)
                 yield _audio_out(chunk, self.engine.sample_rate)
+                chunk = await self._call(next, chunks, None)
         except (asyncio.CancelledError, GeneratorExit):
             code = grpc.StatusCode.CANCELLED  # barge-in or deadline: counted, so cancellations are visible
             raise

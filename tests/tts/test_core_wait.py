@@ -41,7 +41,7 @@ def test_a_thread_kept_from_the_cores_counts_its_wait_and_an_idle_one_does_not()
             process.wait(timeout=10)
 
 
-def test_threads_that_ended_count_nothing_and_the_sum_is_over_threads():
+def test_threads_that_ended_count_nothing():
     ended = threading.Thread(target=lambda: None)
     ended.start()
     ended.join()
@@ -58,3 +58,8 @@ def test_the_onnx_engines_pool_threads_are_the_ones_that_compute_its_synthesis(o
     before = [_on_cpu_seconds(t) for t in pool]
     list(onnx_engine.synthesize("The pool threads share this sentence's work.", "jf_alpha"))
     assert all(_on_cpu_seconds(t) - b > 0.01 for t, b in zip(pool, before))
+
+
+def test_queued_during_returns_the_works_result_and_this_threads_wait():
+    result, queued = core_wait.queued_during((), lambda: 42)
+    assert result == 42 and 0 <= queued < 0.05

@@ -90,14 +90,13 @@ class DirectPath:
             return round((time.perf_counter() - started) * 1000, 1)
 
         def speak() -> None:
-            threads = (threading.get_native_id(), *self.tts.pool_threads)
-            queued = core_wait.queued_seconds(threads)
-            for _ in self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed):
-                if not first_chunk:
-                    first_chunk.append(ms())
-                    after = core_wait.queued_seconds(threads)
-                    if queued is not None and after is not None:
-                        out.tts_first_chunk_queued_ms = round((after - queued) * 1000, 1)
+            chunks = self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed)
+            chunk, queued = core_wait.queued_during(self.tts.pool_threads, lambda: next(chunks, None))
+            if chunk is not None:
+                first_chunk.append(ms())
+                out.tts_first_chunk_queued_ms = None if queued is None else round(queued * 1000, 1)
+            for _ in chunks:  # the whole reply is spoken, as in the stack
+                pass
 
         def feed(done: list) -> None:
             for sentence in done:

@@ -2,9 +2,9 @@
 
 One run's 40 page and typed turns give the overhead's p50 a 95 % interval about +-70 ms wide on a shared 2-core
 host (the same first sentence's synthesis moves with the host's speed, on either path: one pair's difference has
-a standard deviation of about 160 ms), so the verdict on the 10 ms target comes from the turns of many runs. Runs are pooled only when they measured the same thing: the same code
-(`commit`) and the same settings that shape a turn (`SAME_IN_POOL`); otherwise the command names what differs and
-pools nothing, unless told to mix them.
+a standard deviation of about 160 ms), so the verdict on the 10 ms target comes from the turns of many runs.
+Runs are pooled only when they measured the same thing: the same code (`commit`) and the same settings that shape
+a turn (`SAME_IN_POOL`); otherwise the command names what differs and pools nothing, unless told to mix them.
 """
 
 from __future__ import annotations
