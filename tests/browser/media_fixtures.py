@@ -1,6 +1,7 @@
 """Deterministic fake microphone and camera inputs for headless Chromium.
 
-- speech: espeak-ng utterances placed at fixed times in a 48 kHz mono WAV (--use-file-for-fake-audio-capture)
+- speech: espeak-ng utterances placed at fixed times in a 48 kHz mono WAV (--use-file-for-fake-audio-capture), or
+  one at a time for the cued microphone (utterance)
 - camera: a Y4M clip (a text header, then raw I420 frames; --use-file-for-fake-video-capture)
 """
 
@@ -22,7 +23,8 @@ def _require(tool: str) -> str:
     return path
 
 
-def _espeak(text: str, path: Path) -> tuple[np.ndarray, int]:
+def utterance(text: str, path: Path) -> tuple[np.ndarray, int]:
+    """`text` spoken by espeak-ng into `path`: its PCM16 samples and their rate."""
     subprocess.run([_require("espeak-ng"), "-v", "en-us", "-s", "150", "-w", str(path), text], check=True)
     with wave.open(str(path)) as w:
         rate = w.getframerate()
@@ -36,7 +38,7 @@ def speech_timeline(path: Path, utterances: Sequence[tuple[float, str]], total_s
     Returns each utterance's end time in seconds. Chromium plays the file once (%noloop) from when capture opens.
     """
     work = path.parent
-    pieces = [(start, *_espeak(text, work / f"utt{i}.wav")) for i, (start, text) in enumerate(utterances)]
+    pieces = [(start, *utterance(text, work / f"utt{i}.wav")) for i, (start, text) in enumerate(utterances)]
     rate = pieces[0][2]
     timeline = np.zeros(int(total_s * rate), dtype="<i2")
     ends = {}

@@ -1,52 +1,55 @@
 """Drives the page in Debian's headless Chromium (Python playwright, no downloaded browser) through a scripted
 conversation, and records what the browser did: console, requests, screenshots, the page's debug state.
 
-The fake microphone plays one WAV from the moment capture opens, so the timeline of the conversation is fixed by
-the fixture (see SPEECH): the first question, then, while the answer plays, the user talks over it.
+Two microphones: against the fake gateway, Chromium's fake device plays one WAV from the moment capture opens, so
+the conversation's timeline is fixed by the fixture (FAKE): the first question, then, while the answer plays, the
+user talks over it. Against the real stack, whose answers begin after a time that varies with the machine's load, a
+cued microphone (CUED_MIC) speaks each utterance when the driver says it (REAL): the cut-in as soon as the answer
+is heard.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
 
 CHROMIUM = os.environ.get("SOTTO_CHROMIUM", "/usr/bin/chromium")
 
 @dataclass(frozen=True)
 class Timeline:
-    """What the fake microphone says when, and how long the driver waits for each step.
-
-    `speech`: (start s, text); leading silence covers page start-up (VAD model and WASM load), and the second
-    utterance starts while the first answer is still playing. `patience` multiplies every wait.
-    With `cut_while_running`, a first answer already complete on the server when the user cuts in raises
-    AnswerEnded too (the fake gateway sends turn.done before its audio has played, by design).
-    """
+    """What the fake microphone's file says when. Leading silence covers page start-up (VAD model and WASM load),
+    and the second utterance starts while the first answer is still playing."""
 
     speech: tuple[tuple[float, str], ...]
     total_s: float
-    patience: float = 1.0
-    cut_while_running: bool = False  # the cut-in must come while the server still works on the first answer
 
 
 # Against the fake gateway: answers come at once, the first is 6 s of audio.
 FAKE = Timeline(((4.0, "What is on the table in front of me?"), (9.5, "Wait what colour is the cup")), 14.0)
 REPLY_SECONDS = [6.0, 1.5]  # first answer long enough to be interrupted, the later ones short
-# Against the real stack: time to first audio is seconds and varies with the machine's load, so the first cut-in is
-# a guess (about 0.4 s into the answer on an idle 2-core box, where it began 6.8-7.4 s into the file) that later
-# attempts correct (with_cut_in).
-REAL = Timeline(((4.0, "What is on the table in front of me?"), (7.6, "Wait what colour is the cup")), 12.6,
-                patience=3.0, cut_while_running=True)
 
 
-def with_cut_in(timeline: Timeline, at_s: float) -> Timeline:
-    """The same conversation with the second utterance (the cut-in) moved to `at_s` seconds into the file."""
-    (first, (old_at, text), *rest) = timeline.speech
-    return replace(timeline, speech=(first, (at_s, text), *rest), total_s=timeline.total_s - old_at + at_s)
+@dataclass(frozen=True)
+class Cues:
+    """A conversation on the cued microphone: the question once the page listens, the cut-in as soon as the page
+    has played `cut_in_after_samples` of the answer (the cut-in must come while the server still works on that
+    answer, so that there is something to cancel). `patience` multiplies every wait."""
+
+    question: str
+    cut_in: str
+    cut_in_after_samples: int = 1200  # 50 ms at the page's 24 kHz playback: the sooner, the likelier still running
+    patience: float = 3.0
+
+
+REAL = Cues("What is on the table in front of me?", "Wait what colour is the cup")
 
 
 # The profile is a fresh temporary --user-data-dir made by playwright for each launch.
@@ -62,14 +65,45 @@ BASE_ARGS = [
 ]
 
 
-def chromium_args(speech_wav: Path, camera_y4m: Path) -> list[str]:
+def chromium_args(camera_y4m: Path, speech_wav: Path | None = None) -> list[str]:
+    """Fake devices granted without a prompt; the microphone plays `speech_wav` once, or (None) its own tone, which
+    the cued microphone replaces."""
     return [
         *BASE_ARGS,
-        "--use-fake-ui-for-media-stream",  # grant mic and camera without a prompt
+        "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={speech_wav}%noloop",
+        *([f"--use-file-for-fake-audio-capture={speech_wav}%noloop"] if speech_wav else []),
         f"--use-file-for-fake-video-capture={camera_y4m}",
     ]
+
+
+# Runs before the page's scripts (playwright's init script, outside the page's CSP). The page's microphone becomes
+# a MediaStreamAudioDestinationNode: silence, and the utterances the driver passes to sottoTestMic.say(). The fake
+# device's own track (a tone) is stopped. Everything downstream (the page's AudioContext, vad-web, the frames on
+# the socket) is the page's own code, as with a real microphone.
+CUED_MIC = """(() => {
+  const devices = navigator.mediaDevices;
+  const getUserMedia = devices.getUserMedia.bind(devices);
+  devices.getUserMedia = async (constraints) => {
+    const stream = await getUserMedia(constraints);
+    if (!constraints || !constraints.audio) return stream;
+    stream.getAudioTracks().forEach((track) => track.stop());
+    const context = new AudioContext();
+    await context.resume();
+    const mic = context.createMediaStreamDestination();
+    window.sottoTestMic = {
+      say(pcm16, rate) {
+        const buffer = context.createBuffer(1, pcm16.length, rate);
+        buffer.copyToChannel(Float32Array.from(pcm16, (v) => v / 32768), 0);
+        const source = context.createBufferSource();
+        source.buffer = buffer;
+        source.connect(mic);
+        source.start();
+      },
+    };
+    return new MediaStream([...mic.stream.getAudioTracks(), ...stream.getVideoTracks()]);
+  };
+})();"""
 
 
 @dataclass
@@ -124,34 +158,15 @@ async def wait_for_events(page: Page, direction: str, kind: str, count: int, tim
 
 
 class AnswerEnded(Exception):
-    """The first answer was over before the second utterance: there was nothing to barge in on.
-
-    `audio_start_s`: when that answer's audio began, in seconds of the fake microphone's file (None: no audio), so
-    a caller can place the next attempt's cut-in; `early`: the page cut in before any audio had come."""
-
-    def __init__(self, message: str, audio_start_s: float | None = None, early: bool = False) -> None:
-        super().__init__(message)
-        self.audio_start_s = audio_start_s
-        self.early = early
-
-
-def audio_start_s(events: list[dict], timeline: Timeline) -> float | None:
-    """The first answer's `audio.start` on the microphone file's clock. The page stamps audio with the wall clock
-    from the audio clock's origin, so the server's `speech.started` (the first utterance's start on the page's
-    capture clock) ties the two: that utterance starts at `timeline.speech[0][0]` seconds into the file."""
-    started = next((e for e in events if e["dir"] == "in" and e["type"] == "speech.started"), None)
-    audio = next((e for e in events if e["dir"] == "in" and e["type"] == "audio.start"), None)
-    if started is None or audio is None:
-        return None
-    file_origin_ms = started["ts_ms"] - timeline.speech[0][0] * 1000
-    return round((audio["t"] - file_origin_ms) / 1000, 2)
+    """The first answer left nothing to barge in on: it had no audio, or it was over (played, or complete on the
+    server) before the user's cut-in was heard."""
 
 
 # The first answer plays (the worklet's counter rises), or it is over for this attempt: answered without a sound,
-# or the user cut in before the page had seen it play (the cut-in came too early).
-_PLAYING_OR_OVER = """() => {
+# or the user cut in before the page had seen it play (the file's cut-in came too early).
+_PLAYING_OR_OVER = """([samples]) => {
   const d = window.sottoDebug;
-  if (d.state === "speaking" && d.playedSamples > 4800) return true;
+  if (d.state === "speaking" && d.playedSamples > samples) return true;
   if (d.events.some(e => e.dir === "out" && e.type === "interrupt")) return true;
   return d.state === "listening" && d.events.some(e => e.dir === "in" && e.type === "turn.done");
 }"""
@@ -165,86 +180,125 @@ _CUT_IN_OR_OVER = """() => {
     && states.includes("speaking");
 }"""
 
-
-def first_answer_over(events: list[dict], timeline: Timeline, state: str) -> AnswerEnded | None:
-    """Why there is nothing to barge in on, with where that answer's audio began for the next attempt; None
-    while the first answer plays and the user has not cut in."""
-    early = any(e["dir"] == "out" and e["type"] == "interrupt" for e in events)
-    if state == "speaking" and not early:
-        return None
-    began = audio_start_s(events, timeline)
-    if early:
-        what = "the user cut in before the page had played 0.2 s of the first answer"
-    elif began is not None:
-        what = "the first answer was over before the page had played 0.2 s of it"
-    else:
-        done = next(e for e in events if e["dir"] == "in" and e["type"] == "turn.done")
-        what = f"the first answer had no audio ({len(done['text'])} characters, {done['finish_reason']})"
-    return AnswerEnded(what, began, early)
+_LISTENING_ON_CUE = """() => window.sottoTestMic !== undefined && window.sottoDebug.state === "listening"
+  && window.sottoDebug.events.some(e => e.dir === "in" && e.type === "session.ready")"""
 
 
-async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path,
-                           timeline: Timeline = FAKE) -> ConversationRun:
-    started = time.monotonic()
-    wait = timeline.patience
-    log = BrowserLog()
+def first_answer_text(events: list[dict]) -> str:
+    done = next((e for e in events if e["dir"] == "in" and e["type"] == "turn.done"), None)
+    return "unfinished" if done is None else f"{len(done['text'])} characters, {done['finish_reason']}"
+
+
+async def wait_until_first_answer_plays(page: Page, samples: int, wait: float) -> list[int]:
+    """Returns the played-sample counter as the answer starts playing; AnswerEnded if it will not."""
+    await page.wait_for_function(_PLAYING_OR_OVER, arg=[samples], timeout=30_000 * wait)
+    events = await debug(page, "events")
+    if any(e["dir"] == "out" and e["type"] == "interrupt" for e in events):
+        raise AnswerEnded("the user cut in before the page had played the first answer")
+    if await debug(page, "state") != "speaking":
+        heard = any(e["dir"] == "in" and e["type"] == "audio.start" for e in events)
+        raise AnswerEnded(f"the first answer ({first_answer_text(events)}) "
+                          + ("was over before the page had played any of it" if heard else "had no audio"))
+    return [await debug(page, "playedSamples")]
+
+
+async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_running: bool) -> None:
+    """Waits for the page's `interrupt`; then for the cut-in's own answer. AnswerEnded when the first answer was
+    over first, or (`must_be_running`) already complete on the server, leaving nothing to cancel."""
+    await page.wait_for_function(_CUT_IN_OR_OVER, timeout=20_000 * wait)
+    so_far = await debug(page, "events")
+    cut = next((i for i, e in enumerate(so_far) if e["dir"] == "out" and e["type"] == "interrupt"), None)
+    what = f"{time.monotonic() - started:.1f} s in; first answer: {first_answer_text(so_far[:cut])}"
+    if cut is None:
+        raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})")
+    if must_be_running and any(e["type"] == "turn.done" for e in so_far[:cut]):
+        raise AnswerEnded("the first answer was complete on the server before the user cut in: "
+                          f"nothing was left for the server to cancel ({what})")
+    await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
+    # turn.done may come before the answer has played (the real gateway does that): let it finish
+    await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
+
+
+async def type_a_turn_and_collect(page: Page, log: BrowserLog, played: list[int], screenshot: Path,
+                                  artifacts: Path, started: float, wait: float) -> ConversationRun:
+    await page.get_by_label("Type a message").fill("Hello from the keyboard")
+    await page.get_by_label("Type a message").press("Enter")
+    await wait_for_events(page, "in", "turn.done", 3, timeout_s=20 * wait)
+    await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
+    unheard = await page.locator("#transcript li.assistant").first.locator(".unheard").all_inner_texts()
+    run = ConversationRun(
+        log=log,
+        played_while_speaking=played,
+        speaking_screenshot=screenshot,
+        transcript=await page.locator("#transcript li").all_inner_texts(),
+        latency_text=await page.locator("#latency").inner_text(),
+        events=await debug(page, "events"),
+        frames_sent=await debug(page, "framesSent"),
+        unheard_first_answer="".join(unheard),
+        state_after=await debug(page, "state"),
+        seconds=time.monotonic() - started,
+    )
+    await page.screenshot(path=str(artifacts / "after.png"), full_page=True)
+    return run
+
+
+@contextlib.asynccontextmanager
+async def started_page(args: list[str], base_url: str, log: BrowserLog,
+                       init_script: str | None = None) -> AsyncIterator[Page]:
+    """The page loaded in a new headless Chromium and started (the Start button clicked); the browser closes after."""
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                           args=chromium_args(speech_wav, camera_y4m))
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
         try:
             page = await browser.new_page(viewport={"width": 1100, "height": 800})
+            if init_script:
+                await page.add_init_script(init_script)
             log.attach(page)
             await page.goto(base_url)
             await page.get_by_role("button", name="Start").click()
-
-            # The first answer plays: the worklet's played-sample counter rises.
-            await page.wait_for_function(_PLAYING_OR_OVER, timeout=30_000 * wait)
-            over = first_answer_over(await debug(page, "events"), timeline, await debug(page, "state"))
-            if over is not None:
-                raise over
-            played = [await debug(page, "playedSamples")]
-            for _ in range(3):
-                await asyncio.sleep(0.3)
-                played.append(await debug(page, "playedSamples"))
-            screenshot = artifacts / "speaking.png"
-            await page.screenshot(path=str(screenshot), full_page=True)
-
-            # The second utterance barges in, and its own answer completes.
-            await page.wait_for_function(_CUT_IN_OR_OVER, timeout=20_000 * wait)
-            so_far = await debug(page, "events")
-            cut = next((i for i, e in enumerate(so_far) if e["dir"] == "out" and e["type"] == "interrupt"), None)
-            done = [e for e in so_far[:cut] if e["type"] == "turn.done"] if cut is not None else \
-                [e for e in so_far if e["type"] == "turn.done"]
-            what = (f"{time.monotonic() - started:.1f} s in; first answer: "
-                    + (f"{len(done[0]['text'])} characters, {done[0]['finish_reason']}" if done else "unfinished"))
-            began = audio_start_s(so_far, timeline)
-            what += f"; its audio began {began} s into the microphone file, the cut-in at {timeline.speech[1][0]} s"
-            if cut is None:
-                raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})", began)
-            if timeline.cut_while_running and done:
-                raise AnswerEnded("the first answer was complete on the server before the user cut in: "
-                                  f"nothing was left for the server to cancel ({what})", began)
-            await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
-            # turn.done may come before the answer has played (the real gateway does that): let it finish
-            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
-
-            # A typed turn.
-            await page.get_by_label("Type a message").fill("Hello from the keyboard")
-            await page.get_by_label("Type a message").press("Enter")
-            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20 * wait)
-            await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
-
-            transcript = await page.locator("#transcript li").all_inner_texts()
-            latency = await page.locator("#latency").inner_text()
-            events = await debug(page, "events")
-            state = await debug(page, "state")
-            frames_sent = await debug(page, "framesSent")
-            unheard = await page.locator("#transcript li.assistant").first.locator(".unheard").all_inner_texts()
-            await page.screenshot(path=str(artifacts / "after.png"), full_page=True)
+            yield page
         finally:
             await browser.close()
-    return ConversationRun(log, played, screenshot, transcript, latency, events, frames_sent, "".join(unheard),
-                           state, time.monotonic() - started)
+
+
+async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, artifacts: Path) -> ConversationRun:
+    """The fixed-file conversation (the fake gateway's): `speech_wav` says FAKE's utterances at their times."""
+    started = time.monotonic()
+    log = BrowserLog()
+    async with started_page(chromium_args(camera_y4m, speech_wav), base_url, log) as page:
+        played = await wait_until_first_answer_plays(page, 4800, 1.0)
+        for _ in range(3):
+            await asyncio.sleep(0.3)
+            played.append(await debug(page, "playedSamples"))
+        screenshot = artifacts / "speaking.png"
+        await page.screenshot(path=str(screenshot), full_page=True)
+        await barge_in_and_finish(page, started, 1.0, must_be_running=False)
+        return await type_a_turn_and_collect(page, log, played, screenshot, artifacts, started, 1.0)
+
+
+async def say(page: Page, pcm16: np.ndarray, rate: int) -> None:
+    """Starts an utterance on the cued microphone and returns at once: the page hears it in real time."""
+    await page.evaluate("([pcm16, rate]) => { window.sottoTestMic.say(pcm16, rate); }", [pcm16.tolist(), rate])
+
+
+async def run_cued_conversation(base_url: str, camera_y4m: Path, artifacts: Path, cues: Cues,
+                                speech: dict[str, tuple[np.ndarray, int]]) -> ConversationRun:
+    """The real stack's conversation: the question once the page listens; the cut-in as soon as the answer is
+    heard; then the typed turn. `speech[text]` is each utterance's PCM16 and rate."""
+    started = time.monotonic()
+    wait = cues.patience
+    log = BrowserLog()
+    async with started_page(chromium_args(camera_y4m), base_url, log, CUED_MIC) as page:
+        await page.wait_for_function(_LISTENING_ON_CUE, timeout=30_000 * wait)
+        await say(page, *speech[cues.question])
+        played = await wait_until_first_answer_plays(page, cues.cut_in_after_samples, wait)
+        await say(page, *speech[cues.cut_in])
+        # the page keeps playing until its VAD has heard 300 ms of the cut-in
+        await asyncio.sleep(0.15)
+        played.append(await debug(page, "playedSamples"))
+        screenshot = artifacts / "speaking.png"
+        await page.screenshot(path=str(screenshot), full_page=True)
+        await barge_in_and_finish(page, started, wait, must_be_running=True)
+        return await type_a_turn_and_collect(page, log, played, screenshot, artifacts, started, wait)
 
 
 @dataclass

@@ -1,13 +1,12 @@
 """The page in headless Chromium against the real stack: real gateway, vad, llm (the tiny multimodal LiteRT-LM
-model) and tts (Kokoro ONNX), with the fake microphone and camera of the other browser tests.
+model) and tts (Kokoro ONNX), with the fake camera of the other browser tests and the cued microphone.
 
-Timeline (page_driver.REAL): a question at 4 s; the user talks over the answer about half a second after it begins
-to play; then types a message. The tiny model writes random characters and may end its turn after a few of them
-(or write nothing speakable); when its first answer has no audio, is over before the user cuts in, is cut in on
-before the page has played 0.2 s of it, or is already complete on the server (leaving nothing to cancel), there
-is nothing to barge in on, and the conversation is run again with a new page (at most ATTEMPTS times, each attempt
-and its reason printed). When the answer was early or late for the cut-in, the next attempt moves the cut-in to
-CUT_IN_LEAD_S after where that answer's audio began (and at least CUT_IN_STEP_S later after a cut-in too early).
+Conversation (page_driver.REAL): once the page listens, the user asks a question; as soon as the page has played
+0.2 s of the answer, the user talks over it; then types a message. The tiny model writes random characters and
+often ends its turn after a few of them (or writes nothing speakable): when its first answer has no audio, or is
+over (played, or complete on the server, leaving nothing to cancel) before the page has heard the cut-in, there is
+nothing to barge in on, and the conversation is run again with a new page (at most ATTEMPTS times, each attempt and
+its reason printed).
 """
 
 from __future__ import annotations
@@ -25,12 +24,12 @@ from tools.stack import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-ATTEMPTS = 12  # each failed attempt costs about 15 s
-CUT_IN_LEAD_S = 0.4  # the cut-in starts this long after the answer's audio began (the page confirms speech ~0.2 s on)
-CUT_IN_STEP_S = 0.3  # a cut-in that came before the page had played the answer moves at least this much later
-# Up to about 16 s of speech from the tiny model's random characters, still being synthesised when the user cuts
-# in. Top-k 5 (instead of 40): measured on this question, two in three answers then run 65 characters or more,
-# against one in three with top-k 40 (the others end after 0-18 characters).
+# An attempt that ends early costs 7-10 s. Measured here (2 cores, idle) on 32 attempts: 17 barged in; 14 first
+# answers were a few characters without audio, 2 were over before the cut-in was heard. At one in two, 20 attempts
+# all fail about once in a million runs; at one in three, about once in 3,000.
+ATTEMPTS = 20
+# Up to about 16 s of speech from the tiny model's random characters. Top-k 5 (instead of 40): measured on this
+# question, two in three answers then run 65 characters or more, against one in three with top-k 40.
 MAX_NEW_TOKENS = "80"
 TOP_K = "5"
 
@@ -57,28 +56,20 @@ class RealConversation:
 def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[RealConversation]:
     folder = tmp_path_factory.mktemp("real-media")
     camera = media_fixtures.camera_y4m(folder / "camera.y4m")
+    cues = page_driver.REAL
+    speech = {text: media_fixtures.utterance(text, folder / f"utterance{i}.wav")
+              for i, text in enumerate((cues.question, cues.cut_in))}
     stack = start_stack(tmp_path_factory.mktemp("real-browser-stack"), SOTTO_LLM_MAX_NEW_TOKENS=MAX_NEW_TOKENS,
                         SOTTO_LLM_TOP_K=TOP_K)
-    timeline = page_driver.REAL
     try:
         for attempt in range(1, ATTEMPTS + 1):
             out = artifacts / f"real-stack-{attempt}"
             out.mkdir(exist_ok=True)
-            speech = out / "speech.wav"
-            ends = media_fixtures.speech_timeline(speech, timeline.speech, timeline.total_s)
             try:
-                run = asyncio.run(asyncio.wait_for(page_driver.run_conversation(
-                    stack.http_url + "/", speech, camera, out, timeline), timeout=300))
+                run = asyncio.run(asyncio.wait_for(page_driver.run_cued_conversation(
+                    stack.http_url + "/", camera, out, cues, speech), timeout=300))
             except page_driver.AnswerEnded as exc:
-                earliest = ends[timeline.speech[0][1]] + 1.0  # after the question and its endpointing
-                if exc.audio_start_s is not None:
-                    at = max(earliest, exc.audio_start_s + CUT_IN_LEAD_S)
-                    if exc.early:  # the page had not played it yet: later than last time, whatever the estimate
-                        at = max(at, timeline.speech[1][0] + CUT_IN_STEP_S)
-                    timeline = page_driver.with_cut_in(timeline, at)
-                elif exc.early:
-                    timeline = page_driver.with_cut_in(timeline, timeline.speech[1][0] + 1.0)
-                print(f"attempt {attempt}: {exc}; a new page, cut-in at {timeline.speech[1][0]:.2f} s")
+                print(f"attempt {attempt}: {exc}; a new page")
                 continue
             print(f"real-stack browser conversation: {run.seconds:.1f} s, attempt {attempt}, screenshots in {out}")
             yield RealConversation(run, stack, attempt)
