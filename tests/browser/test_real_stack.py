@@ -24,14 +24,12 @@ from tools.stack import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-# An attempt that ends early costs 7-10 s. Measured here (2 cores, idle) on 32 attempts: 17 barged in; 14 first
-# answers were a few characters without audio, 2 were over before the cut-in was heard. At one in two, 20 attempts
-# all fail about once in a million runs; at one in three, about once in 3,000.
+# An attempt that ends early costs 7-10 s. Measured here (2 cores, idle) with the default top-k (40): 11 of 16
+# attempts barged in; of the others, 1 first answer was a few characters without audio and 4 were complete on the
+# server before the cut-in was heard. (With top-k 5: 17 of 32.) At one in two, 20 attempts all fail about once in
+# a million runs; at one in three, about once in 3,000.
 ATTEMPTS = 20
-# Up to about 16 s of speech from the tiny model's random characters. Top-k 5 (instead of 40): measured on this
-# question, two in three answers then run 65 characters or more, against one in three with top-k 40.
-MAX_NEW_TOKENS = "80"
-TOP_K = "5"
+MAX_NEW_TOKENS = "80"  # up to about 16 s of speech from the tiny model's random characters
 
 
 @dataclass
@@ -59,8 +57,7 @@ def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: 
     cues = page_driver.REAL
     speech = {text: media_fixtures.utterance(text, folder / f"utterance{i}.wav")
               for i, text in enumerate((cues.question, cues.cut_in))}
-    stack = start_stack(tmp_path_factory.mktemp("real-browser-stack"), SOTTO_LLM_MAX_NEW_TOKENS=MAX_NEW_TOKENS,
-                        SOTTO_LLM_TOP_K=TOP_K)
+    stack = start_stack(tmp_path_factory.mktemp("real-browser-stack"), SOTTO_LLM_MAX_NEW_TOKENS=MAX_NEW_TOKENS)
     try:
         for attempt in range(1, ATTEMPTS + 1):
             out = artifacts / f"real-stack-{attempt}"
