@@ -24,10 +24,11 @@ from tools.stack import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-# An attempt that ends early costs 7-10 s. Measured here (2 cores, idle) with the default top-k (40): 11 of 16
-# attempts barged in; of the others, 1 first answer was a few characters without audio and 4 were complete on the
-# server before the cut-in was heard. (With top-k 5: 17 of 32.) At one in two, 20 attempts all fail about once in
-# a million runs; at one in three, about once in 3,000.
+# An attempt that ends early costs 7-10 s. Measured here with the default top-k (40), on an idle 2-core machine: 11
+# of 16 attempts barged in (of the others, 1 first answer was a few characters without audio and 4 were complete on
+# the server before the cut-in was heard); with one core kept busy by another process, 9 of 10. (With top-k 5,
+# idle: 17 of 32.) At one in two, 20 attempts all fail about once in a million runs; at one in three, about once in
+# 3,000.
 ATTEMPTS = 20
 MAX_NEW_TOKENS = "80"  # up to about 16 s of speech from the tiny model's random characters
 
