@@ -1,7 +1,6 @@
 """Deterministic fake microphone and camera inputs for headless Chromium.
 
-- speech: espeak-ng utterances placed at fixed times in a 48 kHz mono WAV (--use-file-for-fake-audio-capture), or
-  one at a time for the cued microphone (utterance)
+- speech: espeak-ng utterances placed at fixed times in a 48 kHz mono WAV (--use-file-for-fake-audio-capture)
 - camera: a Y4M clip (a text header, then raw I420 frames; --use-file-for-fake-video-capture)
 """
 
@@ -23,8 +22,7 @@ def _require(tool: str) -> str:
     return path
 
 
-def utterance(text: str, path: Path) -> tuple[np.ndarray, int]:
-    """`text` spoken by espeak-ng into `path`: its PCM16 samples and their rate."""
+def _espeak(text: str, path: Path) -> tuple[np.ndarray, int]:
     subprocess.run([_require("espeak-ng"), "-v", "en-us", "-s", "150", "-w", str(path), text], check=True)
     with wave.open(str(path)) as w:
         rate = w.getframerate()
@@ -38,7 +36,7 @@ def speech_timeline(path: Path, utterances: Sequence[tuple[float, str]], total_s
     Returns each utterance's end time in seconds. Chromium plays the file once (%noloop) from when capture opens.
     """
     work = path.parent
-    pieces = [(start, *utterance(text, work / f"utt{i}.wav")) for i, (start, text) in enumerate(utterances)]
+    pieces = [(start, *_espeak(text, work / f"utt{i}.wav")) for i, (start, text) in enumerate(utterances)]
     rate = pieces[0][2]
     timeline = np.zeros(int(total_s * rate), dtype="<i2")
     ends = {}

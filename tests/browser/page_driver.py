@@ -184,7 +184,8 @@ _LISTENING_ON_CUE = """() => window.sottoTestMic !== undefined && window.sottoDe
   && window.sottoDebug.events.some(e => e.dir === "in" && e.type === "session.ready")"""
 
 
-def first_answer_text(events: list[dict]) -> str:
+def first_answer_summary(events: list[dict]) -> str:
+    """How long the first answer was and why it ended, for AnswerEnded's message."""
     done = next((e for e in events if e["dir"] == "in" and e["type"] == "turn.done"), None)
     return "unfinished" if done is None else f"{len(done['text'])} characters, {done['finish_reason']}"
 
@@ -197,7 +198,7 @@ async def wait_until_first_answer_plays(page: Page, samples: int, wait: float) -
         raise AnswerEnded("the user cut in before the page had played the first answer")
     if await debug(page, "state") != "speaking":
         heard = any(e["dir"] == "in" and e["type"] == "audio.start" for e in events)
-        raise AnswerEnded(f"the first answer ({first_answer_text(events)}) "
+        raise AnswerEnded(f"the first answer ({first_answer_summary(events)}) "
                           + ("was over before the page had played any of it" if heard else "had no audio"))
     return [await debug(page, "playedSamples")]
 
@@ -208,7 +209,7 @@ async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_r
     await page.wait_for_function(_CUT_IN_OR_OVER, timeout=20_000 * wait)
     so_far = await debug(page, "events")
     cut = next((i for i, e in enumerate(so_far) if e["dir"] == "out" and e["type"] == "interrupt"), None)
-    what = f"{time.monotonic() - started:.1f} s in; first answer: {first_answer_text(so_far[:cut])}"
+    what = f"{time.monotonic() - started:.1f} s in; first answer: {first_answer_summary(so_far[:cut])}"
     if cut is None:
         raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})")
     if must_be_running and any(e["type"] == "turn.done" for e in so_far[:cut]):

@@ -2,7 +2,7 @@
 model) and tts (Kokoro ONNX), with the fake camera of the other browser tests and the cued microphone.
 
 Conversation (page_driver.REAL): once the page listens, the user asks a question; as soon as the page has played
-0.2 s of the answer, the user talks over it; then types a message. The tiny model writes random characters and
+50 ms of the answer, the user talks over it; then types a message. The tiny model writes random characters and
 often ends its turn after a few of them (or writes nothing speakable): when its first answer has no audio, or is
 over (played, or complete on the server, leaving nothing to cancel) before the page has heard the cut-in, there is
 nothing to barge in on, and the conversation is run again with a new page (at most ATTEMPTS times, each attempt and
@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.browser import media_fixtures, page_checks, page_driver
+from tools.speech import speak
 from tools.stack import RealStack, start_stack, stop_stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -31,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 # 3,000.
 ATTEMPTS = 20
 MAX_NEW_TOKENS = "80"  # up to about 16 s of speech from the tiny model's random characters
+MIC_RATE = 48000  # what Chromium's fake microphone delivers
 
 
 @dataclass
@@ -56,8 +58,7 @@ def real(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: 
     folder = tmp_path_factory.mktemp("real-media")
     camera = media_fixtures.camera_y4m(folder / "camera.y4m")
     cues = page_driver.REAL
-    speech = {text: media_fixtures.utterance(text, folder / f"utterance{i}.wav")
-              for i, text in enumerate((cues.question, cues.cut_in))}
+    speech = {text: (speak(text, "en-us", MIC_RATE, folder), MIC_RATE) for text in (cues.question, cues.cut_in)}
     stack = start_stack(tmp_path_factory.mktemp("real-browser-stack"), SOTTO_LLM_MAX_NEW_TOKENS=MAX_NEW_TOKENS)
     try:
         for attempt in range(1, ATTEMPTS + 1):
