@@ -15,26 +15,20 @@ import collections
 import concurrent.futures
 import contextlib
 import logging
-import os
-import tempfile
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
-from services.common import config, grpc_server, logs, metrics, models
+from services.common import config, grpc_server, logs, metrics
 from services.llm.admission import Admission
-from services.llm.conversations import Turn
-from services.llm.engine import EngineConfig, FinishReason, Finished, GenerateRequest, LlmEngine, Sampling, TextDelta
+from services.llm.engine import FinishReason, Finished, LlmEngine, TextDelta
 from services.llm.errors import Busy, EngineError, InvalidInput, MemoryBudgetError
-from services.llm.media import MediaLimits
-from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
+from services.llm.loading import SamplingDefaults, engine_config, resolve_model
+from services.llm.wire import done_event, to_engine_request
+from sotto.v1 import llm_pb2, llm_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
-
-OFFLINE_MODEL = "smollm2-135m-instruct.litertlm"  # what tools/models/llm_kit builds as `instruct`
 
 # Time per output token: 2 ms (a small model on a GPU) to 0.5 s (a large one on a slow CPU).
 TOKEN_BUCKETS = (0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.5)
@@ -67,70 +61,6 @@ for _phase in ("queued", "prefill", "decode"):
     CANCELLED.labels(_phase)
 for _cause in ("busy", "invalid"):
     REFUSED.labels(_cause)
-
-_FINISH = {
-    FinishReason.STOP: llm_pb2.STOP,
-    FinishReason.LENGTH: llm_pb2.LENGTH,
-    FinishReason.CANCELLED: llm_pb2.CANCELLED,
-    FinishReason.DEGRADED: llm_pb2.DEGRADED,
-}
-_ROLES = {common_pb2.Turn.ROLE_USER: "user", common_pb2.Turn.ROLE_ASSISTANT: "assistant"}
-
-
-@dataclass(frozen=True)
-class SamplingDefaults:
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 40
-    max_new_tokens: int = 25
-
-
-def to_engine_request(request: llm_pb2.GenerateRequest, defaults: SamplingDefaults) -> GenerateRequest:
-    """Protobuf -> engine request; unset sampling fields take the service defaults."""
-    s = request.sampling
-    sampling = Sampling(
-        temperature=s.temperature if s.HasField("temperature") else defaults.temperature,
-        top_p=s.top_p if s.HasField("top_p") else defaults.top_p,
-        top_k=s.top_k if s.HasField("top_k") else defaults.top_k,
-        seed=s.seed if s.HasField("seed") else None,
-        max_new_tokens=s.max_new_tokens if s.HasField("max_new_tokens") else defaults.max_new_tokens,
-    )
-    history = []
-    for turn in request.history:
-        if turn.role not in _ROLES:
-            raise InvalidInput("history turn has no role: set ROLE_USER or ROLE_ASSISTANT")
-        history.append(Turn(_ROLES[turn.role], turn.text))
-    user = request.user
-    return GenerateRequest(
-        text=user.text,
-        audio=(user.audio_wav,) if user.audio_wav else (),
-        images=tuple(image.data for image in user.images),
-        system_prompt=request.system_prompt,
-        history=tuple(history),
-        sampling=sampling,
-        session_id=request.session_id or None,
-    )
-
-
-def done_event(finished: Finished, queue_wait_s: float) -> llm_pb2.GenerateEvent:
-    ttft = finished.time_to_first_token_s
-    return llm_pb2.GenerateEvent(
-        done=llm_pb2.GenerateDone(
-            finish_reason=_FINISH[finished.finish_reason],
-            text=finished.text,
-            timings=llm_pb2.GenerateTimings(
-                queue_wait_ms=queue_wait_s * 1000,
-                time_to_first_token_ms=0.0 if ttft is None else ttft * 1000,
-                prefill_tokens=finished.prefill_tokens,
-                decode_tokens=finished.decode_tokens,
-                prefill_tokens_per_s=finished.prefill_tokens_per_s,
-                decode_tokens_per_s=finished.decode_tokens_per_s,
-                total_ms=finished.total_s * 1000,
-                reused_conversation=finished.reused_conversation,
-            ),
-        )
-    )
-
 
 def _count_tokens(finished: Finished) -> None:
     PREFILL_TOKENS.inc(finished.prefill_tokens)
@@ -341,56 +271,6 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         await asyncio.to_thread(self._engine.close)
         if self._smaller is not None:
             await asyncio.to_thread(self._smaller.close)
-
-
-def resolve_model(cfg: config.LlmConfig, common: config.CommonConfig) -> tuple[Path, bool, str]:
-    """The model file, whether it is the offline stand-in, and a note saying why."""
-    hub = models.HubFile(cfg.hf_repo, cfg.hf_file)
-    try:
-        return models.resolve(hub, cfg.model, "SOTTO_LLM_MODEL", common), False, ""
-    except models.ModelUnavailable as exc:
-        offline = common.model_dir / "offline" / OFFLINE_MODEL
-        if cfg.model is not None or not offline.exists():
-            raise
-        note = (f"{cfg.hf_file} is unavailable, so the offline stand-in {OFFLINE_MODEL} (text only) is used; "
-                f"{str(exc).split('. Provide', 1)[0]}")
-        _LOGGER.warning("model_fallback", extra={"model": str(offline), "reason": str(exc)})
-        return offline, True, note
-
-
-def writable_cache_dir(preferred: Path) -> Path:
-    """LiteRT-LM needs an existing, writable cache dir; a read-only model volume (containers) gets a temp one."""
-    try:
-        preferred.mkdir(parents=True, exist_ok=True)
-        if os.access(preferred, os.W_OK):
-            return preferred
-    except OSError:
-        pass
-    fallback = Path(tempfile.gettempdir()) / "sotto-litert-lm-cache"
-    fallback.mkdir(parents=True, exist_ok=True)
-    _LOGGER.warning("cache_dir_fallback", extra={"wanted": str(preferred), "using": str(fallback)})
-    return fallback
-
-
-def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Path) -> EngineConfig:
-    return EngineConfig(
-        model_path=str(model),
-        backend=cfg.backend,
-        vision_backend=cfg.vision_backend,
-        audio_backend=cfg.audio_backend,
-        cpu_threads=cfg.threads or None,
-        context_tokens=cfg.context_tokens,
-        cache_dir=str(writable_cache_dir(common.model_dir / "litert-lm-cache")),
-        max_sessions=cfg.max_sessions,
-        time_limit_s=cfg.max_inference_s,
-        media_limits=MediaLimits(
-            max_audio_seconds=cfg.max_audio_s,
-            max_image_bytes=cfg.max_image_bytes,
-            max_image_pixels=cfg.max_image_pixels,
-            max_image_items=cfg.max_images,
-        ),
-        memory_budget_fraction=common.memory_budget,
-    )
 
 
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:

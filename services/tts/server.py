@@ -19,8 +19,9 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics
-from services.tts import core_wait, models
-from services.tts.engine import CancelEvent, InvalidInput, create_engine, default_backend
+from services.tts import core_wait
+from services.tts.engine import CancelEvent, InvalidInput
+from services.tts.loading import load_engine
 from services.tts.text import Sentence
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
@@ -185,22 +186,6 @@ async def _chain(first: list, rest: AsyncIterator) -> AsyncIterator:
         yield item
     async for item in rest:
         yield item
-
-
-def load_engine(cfg: config.TtsConfig, common: config.CommonConfig):
-    """Resolve the model, build and warm up the engine (runs on the engine's worker thread)."""
-    backend = default_backend() if cfg.engine == "auto" else cfg.engine
-    folder = models.model_folder(backend, cfg.model, common)
-    engine = create_engine(backend, folder, memory_fraction=common.memory_budget, threads=cfg.threads or None,
-                           spin_wait=cfg.spin_wait,
-                           default_language=cfg.language, max_chars=cfg.max_text_chars,
-                           chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run)
-    if cfg.voice in engine.voices():
-        engine.default_voice = cfg.voice
-    else:
-        _LOGGER.warning("default_voice_missing", extra={"wanted": cfg.voice, "using": engine.default_voice})
-    engine.warmup()
-    return engine, backend, folder
 
 
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:

@@ -15,13 +15,13 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 from prometheus_client import Gauge
 
 from services.common import config, grpc_server, logs, metrics
 from services.vad.engine import SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
+from services.vad.loading import default_settings, load_model
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -171,12 +171,6 @@ def _check_chunk(chunk: vad_pb2.AudioChunk, stream: VadStream, last_sequence: in
         raise InvalidStream(f"chunk sequence {chunk.sequence} after {last_sequence}: chunks out of order")
 
 
-def load_model(model_path: Path | None) -> SileroVad:
-    model = SileroVad(model_path)
-    model.warm_up()
-    return model
-
-
 def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
@@ -197,14 +191,6 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
 
     spec = grpc_server.ServiceSpec("vad", ["sotto.v1.VadService"], cfg.port, cfg.metrics_port, register, load, close)
     return spec, common
-
-
-def default_settings(cfg: config.VadConfig) -> VadSettings:
-    try:
-        return VadSettings(threshold=cfg.threshold, min_speech_ms=cfg.min_speech_ms,
-                           min_silence_ms=cfg.min_silence_ms, speech_pad_ms=cfg.speech_pad_ms)
-    except ValueError as exc:
-        raise config.ConfigError(f"SOTTO_VAD_* settings: {exc}") from None
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.llm.admission import Admission
 from services.llm.engine import Finished, FinishReason, TextDelta
-from services.llm.server import LlmServicer, SamplingDefaults
+from services.llm.loading import SamplingDefaults
+from services.llm.server import LlmServicer
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
 from tests.helpers import eventually, metric
 from tests.llm.conftest import TINY_MM, image_bytes

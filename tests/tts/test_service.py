@@ -18,7 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import audio, config
 from services.tts.engine import CHUNK_SAMPLES
-from services.tts.server import TtsServicer, load_engine
+from services.tts.loading import load_engine
+from services.tts.server import TtsServicer
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 from tests.helpers import eventually, metric
 from tools.stack import free_port, wait_until

@@ -27,10 +27,11 @@ from services.common import config
 from services.gateway.client import FRAME_MS
 from services.gateway.vad_link import batch_windows
 from services.llm.engine import Finished, LlmEngine, TextDelta
-from services.llm.server import SamplingDefaults, engine_config, to_engine_request
+from services.llm.loading import SamplingDefaults, engine_config
+from services.llm.wire import to_engine_request
 from services.tts import core_wait
-from services.tts.server import load_engine
-from services.vad.server import default_settings, load_model
+from services.tts.loading import load_engine
+from services.vad.loading import default_settings, load_model
 from sotto.v1 import llm_pb2
 
 @dataclass
