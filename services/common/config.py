@@ -2,8 +2,9 @@
 
 Each service reads only its own section (plus the shared one). A bad value stops start-up with a message
 naming the variable, the value and what is accepted, instead of failing later in a confusing way.
-`python -m services.common.config` prints the README's settings table from the definitions below, so the
-documentation cannot drift from the code (a test compares them).
+`python -m services.common.config` prints docs/settings.md from the definitions below
+(`python -m services.common.config > docs/settings.md` regenerates it), so the documentation cannot drift from
+the code: a test compares the two.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ class ConfigError(ValueError):
 
 
 def setting(env: str, default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
-            choices: tuple[str, ...] | None = None) -> Any:
-    """Declare a dataclass field bound to an environment variable, with its accepted range or choices."""
-    meta = {"env": env, "doc": doc, "lo": lo, "hi": hi, "choices": choices}
+            choices: tuple[str, ...] | None = None, shown: str | None = None) -> Any:
+    """Declare a dataclass field bound to an environment variable, with its accepted range or choices.
+
+    `shown` is the default as the documentation states it, where the value itself depends on the machine.
+    """
+    meta = {"env": env, "doc": doc, "lo": lo, "hi": hi, "choices": choices, "shown": shown}
     return field(default=default, metadata=meta)
 
 
@@ -104,7 +108,8 @@ class CommonConfig:
     log_content: bool = setting("SOTTO_LOG_CONTENT", False,
                                 "Allow prompts, transcripts and answers in logs (off: only sizes and timings).")
     model_dir: Path = setting("SOTTO_MODEL_DIR", _home_cache() / "models",
-                              "Cache of downloaded and offline-built models.")
+                              "Cache of downloaded and offline-built models ($XDG_CACHE_HOME/sotto/models when "
+                              "XDG_CACHE_HOME is set).", shown="~/.cache/sotto/models")
     offline: bool = setting("SOTTO_OFFLINE", False, "Never try to download models; use explicit paths or the cache.")
     hf_endpoint: str = setting("SOTTO_HF_ENDPOINT", "", "Model hub endpoint (empty: huggingface_hub's default).")
     memory_budget: float = setting("SOTTO_MEMORY_BUDGET", 0.65,
@@ -182,8 +187,9 @@ class TtsConfig:
     threads: int = setting("SOTTO_TTS_THREADS", 0, "ONNX Runtime threads per synthesis (0: all cores).", lo=0,
                            hi=256)
     spin_wait: bool = setting("SOTTO_TTS_SPIN_WAIT", False,
-                              "Let ONNX Runtime's threads spin between steps: a little faster on idle cores, much "
-                              "slower while the LLM decodes on the same cores.")
+                              "Let ONNX Runtime's threads spin between steps: a little faster on idle cores, "
+                              "slower while the LLM decodes on the same cores, as it does during the first "
+                              "sentence (see docs/performance.md).")
 
 
 @dataclass(frozen=True)
@@ -202,15 +208,16 @@ class GatewayConfig:
         "SOTTO_GATEWAY_VAD_BATCH_MS", 160,
         "While a turn waits for its first audio, microphone audio goes to the vad in messages of about this many "
         "ms (0: one 32 ms window each), so the live microphone wakes the gateway and vad less while the first "
-        "sentence is synthesised; speech in that time is detected up to this much later, none is lost.",
+        "sentence is synthesised (see docs/performance.md); speech in that time is detected up to this much "
+        "later, none is lost.",
         lo=0, hi=1000)
     health_poll_ms: int = setting(
         "SOTTO_GATEWAY_HEALTH_POLL_MS", 1000,
         "How often the gateway checks each model service's health, and each check's timeout (a hung service is "
-        "reported DOWN one to two intervals after it stops answering). Each check wakes about 40 gRPC threads in "
-        "the gateway and in the service, which on a 2-core machine slows speech synthesis: while a turn waits for "
-        "its first audio a due check waits one more interval, and a longer interval trades later reports for "
-        "fewer wake-ups.",
+        "reported DOWN one to two intervals after it stops answering). Each check wakes gRPC threads on both "
+        "sides, which slows speech synthesis on a small machine (see docs/performance.md): while a turn waits "
+        "for its first audio a due check waits one more interval, and a longer interval trades later reports "
+        "for fewer wake-ups.",
         lo=100, hi=60000)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
@@ -281,16 +288,48 @@ def grpc_address(explicit: str, host: str, port: int) -> str:
     return explicit or f"{host}:{port}"
 
 
+SETTINGS_INTRO = """\
+# Settings
+
+Every setting is an environment variable, read and validated once when a process starts: a bad value stops the
+process with a message naming the variable, the value and what it accepts. Each service reads the shared
+settings and its own section; the runner (`make up`) passes the environment on to every process.
+
+This page is generated from `services/common/config.py`; after changing a setting there, regenerate it with
+`python -m services.common.config > docs/settings.md` (a test fails while the two differ).
+"""
+
+GRPC_NOTE = """\
+One more variable is gRPC's own: every service process starts with
+`GRPC_EXPERIMENTS=-event_engine_client,-event_engine_listener` unless the environment already sets it (an empty
+value keeps gRPC's defaults). It halves the thread wake-ups of each gRPC call, which on a small machine slow the
+first sentence's synthesis; the figures are in docs/performance.md.
+"""
+
+
+def _shown_default(f: dataclasses.Field) -> str:
+    if f.metadata["shown"] is not None:
+        return f"`{f.metadata['shown']}`"
+    default = f.default
+    if default in (None, ""):
+        return "(unset)"
+    if isinstance(default, bool):
+        return f"`{str(default).lower()}`"
+    return f"`{default}`"
+
+
 def markdown_table() -> str:
+    """One row per setting, in declaration order: variable, default, accepted values, meaning."""
     rows = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
     for cls in SECTIONS.values():
         for f in dataclasses.fields(cls):
-            default = f.default
-            if isinstance(default, Path):
-                default = str(default).replace(str(Path.home()), "~")
-            shown = "(unset)" if default in (None, "") else f"`{default}`"
-            rows.append(f"| `{f.metadata['env']}` | {shown} | {_accepted(f)} | {f.metadata['doc']} |")
+            rows.append(f"| `{f.metadata['env']}` | {_shown_default(f)} | {_accepted(f)} | {f.metadata['doc']} |")
     return "\n".join(rows)
+
+
+def settings_markdown() -> str:
+    """The whole of docs/settings.md."""
+    return f"{SETTINGS_INTRO}\n{markdown_table()}\n\n{GRPC_NOTE}"
 
 
 def exit_on_error(loader: Callable[[], T]) -> T:
@@ -303,4 +342,4 @@ def exit_on_error(loader: Callable[[], T]) -> T:
 
 
 if __name__ == "__main__":
-    print(markdown_table())
+    sys.stdout.write(settings_markdown())

@@ -1,4 +1,4 @@
-"""Configuration: bad values stop start-up with a clear message; the README documents every setting."""
+"""Configuration: bad values stop start-up with a clear message; docs/settings.md is generated from the code."""
 
 from __future__ import annotations
 
@@ -45,8 +45,19 @@ def test_a_service_refuses_to_start_on_a_bad_value() -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_readme_lists_every_setting() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_settings_doc_is_the_generated_one() -> None:
+    """A setting added, renamed or redescribed without regenerating docs/settings.md fails here."""
+    doc = (ROOT / "docs" / "settings.md").read_text()
+    assert doc == config.settings_markdown(), (
+        "docs/settings.md is stale: run `python -m services.common.config > docs/settings.md`")
     for cls in config.SECTIONS.values():
         for f in dataclasses.fields(cls):
-            assert f"`{f.metadata['env']}`" in readme, f"{f.metadata['env']} is missing from the README table"
+            assert f"| `{f.metadata['env']}` |" in doc, f"{f.metadata['env']} is missing from docs/settings.md"
+
+
+def test_the_module_prints_the_settings_doc_whatever_the_machine() -> None:
+    """`python -m services.common.config` writes the doc; a machine's home or cache folder does not show in it."""
+    env = {"XDG_CACHE_HOME": "/elsewhere", "HOME": "/nobody", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "services.common.config"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True, env=env)
+    assert proc.stdout == config.settings_markdown()
