@@ -32,7 +32,8 @@ async def _watched(held: list[bool], seconds: float) -> list[float]:
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    deps = Dependencies({"vad": f"127.0.0.1:{port}"}, 65536, POLL_S, hold=lambda: held[0])
+    deps = Dependencies(addresses={"vad": f"127.0.0.1:{port}"}, max_message_bytes=65536, poll_s=POLL_S,
+                        hold=lambda: held[0])
     try:
         await deps.start()
         await asyncio.sleep(seconds)
