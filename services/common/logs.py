@@ -11,7 +11,6 @@ import contextvars
 import json
 import logging
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -81,12 +80,3 @@ def grpc_metadata() -> tuple[tuple[str, str], ...]:
     """Metadata that carries the current ids to the next service."""
     return ((SESSION_METADATA_KEY, SESSION_ID.get()), (TURN_METADATA_KEY, TURN_ID.get()))
 
-
-class Stopwatch:
-    """Milliseconds since creation, for the durations every log line and timing event reports."""
-
-    def __init__(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def ms(self) -> float:
-        return round((time.perf_counter() - self._t0) * 1000.0, 3)

@@ -20,7 +20,7 @@ from aiohttp import web
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.intake import MediaIntake
-from services.gateway.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
+from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                        SessionStart, TypedText, event, parse_frame, parse_message)
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
@@ -231,7 +231,7 @@ class Session:
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
                   "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
         self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
-                        sample_rate_out=self.model.get("sample_rate_out", 24000), voices=self.model.get("voices", []),
+                        sample_rate_out=SAMPLE_RATE_OUT, voices=self.model.get("voices", []),
                         voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
                         model=self.model.get("llm", {}), limits=limits, health=dict(self.health)))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera})

@@ -100,7 +100,6 @@ class Turn:
         self.send = send
         self.interrupted = False
         self.played_samples = 0
-        self.sample_rate = 24000
         self._calls: dict[str, grpc.aio.Call] = {}
         self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._tts_text_ended = False
@@ -270,7 +269,6 @@ class Turn:
     def _on_audio(self, chunk: tts_pb2.AudioOut, t0: float) -> None:
         now = time.monotonic()
         if not self._samples_sent:
-            self.sample_rate = chunk.sample_rate
             self._timings["first_audio_ms"] = _ms(now - t0)
             self._timings["ttfa_ms"] = _ms(now - self.inp.t_input_end)
             if self.inp.endpoint_ms is not None:
