@@ -80,3 +80,9 @@ def grpc_metadata() -> tuple[tuple[str, str], ...]:
     """Metadata that carries the current ids to the next service."""
     return ((SESSION_METADATA_KEY, SESSION_ID.get()), (TURN_METADATA_KEY, TURN_ID.get()))
 
+
+def content(allowed: bool, **fields: str) -> dict[str, str]:
+    """What the user and the assistant said, as a log line's extra fields, only where SOTTO_LOG_CONTENT allows it
+    (`allowed`); otherwise nothing, and the line carries sizes and timings only. Every log line with conversation
+    text goes through here, so the setting is honoured in one place."""
+    return dict(fields) if allowed else {}

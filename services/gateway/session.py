@@ -245,7 +245,8 @@ class Session:
         assert self.start is not None
         settings = TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
                                 language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
-                                deadline_s=self.gw.turn_deadline_ms / 1000.0)
+                                deadline_s=self.gw.turn_deadline_ms / 1000.0,
+                                log_content=self.cfg.common.log_content)
         history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
         self.turn = Turn(inp=inp, settings=settings, history=list(history), llm=self.llm, tts=self.tts,
                          session_id=self.id, send=self.send)

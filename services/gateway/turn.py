@@ -46,6 +46,7 @@ class TurnSettings:
     language: str
     request_timeout_s: float
     deadline_s: float
+    log_content: bool = False     # SOTTO_LOG_CONTENT: the typed text and the answer may appear in the logs
 
 
 @dataclass
@@ -139,6 +140,9 @@ class Turn:
         inp = self.inp
         self.send(event("turn.started", turn_id=inp.turn_id, source=inp.source, audio_ms=round(inp.audio_ms),
                         images=len(inp.images)), None)
+        _LOGGER.info("turn_started", extra={"source": inp.source, "audio_ms": round(inp.audio_ms),
+                                            "images": len(inp.images),
+                                            **logs.content(self.settings.log_content, text=inp.text)})
         metadata = (*logs.grpc_metadata(),)
         outcome, error = Outcome.STOP, None
         try:
@@ -324,7 +328,8 @@ class Turn:
         metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)
         _LOGGER.info("turn_done", extra={"outcome": result.outcome.value, "source": self.inp.source,
                                          "reply_chars": len(result.text), "heard_chars": len(result.heard_text),
-                                         **t})
+                                         **t, **logs.content(self.settings.log_content, reply=result.text,
+                                                             heard_text=result.heard_text)})
 
 
 def _ms(seconds: float) -> float:

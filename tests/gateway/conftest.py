@@ -33,7 +33,8 @@ class Stack:
 
 @pytest.fixture
 async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
-    overrides = getattr(request, "param", {})
+    overrides = dict(getattr(request, "param", {}))  # gateway settings, and `common` for the common ones
+    common_overrides = overrides.pop("common", {})
     vad, llm, tts = FakeVad(), FakeLlm(), FakeTts()
     servers = [await start_fake(vad, vad_pb2_grpc.add_VadServiceServicer_to_server, "sotto.v1.VadService"),
                await start_fake(llm, llm_pb2_grpc.add_LlmServiceServicer_to_server, "sotto.v1.LlmService"),
@@ -41,7 +42,7 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     base = config.load_all({})
     gateway = dataclasses.replace(base.gateway, vad_addr=servers[0][1], llm_addr=servers[1][1],
                                   tts_addr=servers[2][1], **overrides)
-    settings = dataclasses.replace(base, gateway=gateway)
+    settings = dataclasses.replace(base, gateway=gateway, common=dataclasses.replace(base.common, **common_overrides))
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
