@@ -24,7 +24,7 @@ SESSION_DEADLINE_S = 12 * 3600.0  # the stream's gRPC deadline; a longer session
 # dies (the connection drops: UNAVAILABLE), rather than refusing the audio.
 _WENT_AWAY = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE})
 # Silero decides once per 512-sample window (256 at 8 kHz): audio that completes no window cannot change an
-# event, so it waits for the next frame. This halves-ish the stream messages at no cost to endpointing.
+# event, so it waits for the next frame: fewer stream messages at no cost to endpointing.
 _WINDOW = {16000: 512, 8000: 256}
 
 
