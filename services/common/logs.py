@@ -11,7 +11,6 @@ import contextvars
 import json
 import logging
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -82,11 +81,8 @@ def grpc_metadata() -> tuple[tuple[str, str], ...]:
     return ((SESSION_METADATA_KEY, SESSION_ID.get()), (TURN_METADATA_KEY, TURN_ID.get()))
 
 
-class Stopwatch:
-    """Milliseconds since creation, for the durations every log line and timing event reports."""
-
-    def __init__(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def ms(self) -> float:
-        return round((time.perf_counter() - self._t0) * 1000.0, 3)
+def content(allowed: bool, **fields: str) -> dict[str, str]:
+    """What the user and the assistant said, as a log line's extra fields, only where SOTTO_LOG_CONTENT allows it
+    (`allowed`); otherwise nothing, and the line carries sizes and timings only. Every log line with conversation
+    text goes through here, so the setting is honoured in one place."""
+    return dict(fields) if allowed else {}

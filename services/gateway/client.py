@@ -23,7 +23,7 @@ from services.common.audio import read_wav, wav_bytes
 from services.gateway.protocol import HEADER, HEADER_BYTES, FrameKind, pack_frame
 
 # 512 samples, one Silero window per frame: what the page sends, and each frame completes exactly one vad window
-# (a 20 ms frame completes one every 1.6 frames, for 56 % more WebSocket messages and gateway wake-ups).
+# (shorter frames complete windows unevenly, for more WebSocket messages and gateway wake-ups).
 FRAME_MS = 32
 
 

@@ -22,7 +22,7 @@ PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts"
 class Dependencies:
     """Channels to vad, llm and tts, with their health kept current."""
 
-    def __init__(self, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0,
+    def __init__(self, *, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0,
                  hold: Callable[[], bool] = lambda: False) -> None:
         # round_robin spreads calls over every address a name resolves to, so `dns:///llm:50052` with
         # `docker compose --scale llm=N` uses all replicas; with one address it behaves like pick_first.
@@ -32,9 +32,9 @@ class Dependencies:
         self.addresses = addresses
         self.poll_s = poll_s  # SOTTO_GATEWAY_HEALTH_POLL_MS; also each check's timeout
         # While `hold()` is true (a turn waits for its first audio), a check that is due waits one more interval.
-        # Each check wakes about 40 gRPC threads here and as many in the service; on a 2-core machine those
-        # wake-ups slowed the first sentence's synthesis by 15 ms p50 (docs/performance.md). A service that fails
-        # meanwhile fails the turn's own calls, which report it at once.
+        # Each check wakes dozens of gRPC threads here and in the service, and on a small machine those wake-ups
+        # slow the first sentence's synthesis (docs/performance.md). A service that fails meanwhile fails the
+        # turn's own calls, which report it at once.
         self.hold = hold
         self.channels: dict[str, grpc.aio.Channel] = {}
         self.status = {name: "UNKNOWN" for name in addresses}

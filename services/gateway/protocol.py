@@ -107,6 +107,9 @@ class Ping:
 
 ClientMessage = SessionStart | TypedText | Interrupt | Playback | AudioEnd | Ping
 ACCEPTED_SAMPLE_RATES = (16000,)
+# What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `audio.start` states the
+# rate of that turn's audio, which is what a client plays it at.
+SAMPLE_RATE_OUT = 24000
 
 
 def _field(obj: dict[str, Any], name: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:

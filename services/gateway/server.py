@@ -83,6 +83,9 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
     yield
     for session in list(app[SESSIONS]):
         await session.ws.close(code=1001, message=b"gateway shutting down")
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     await deps.close()
 
 
@@ -91,11 +94,11 @@ def create_app(settings: config.Settings) -> web.Application:
     hardware.register()
     app = web.Application()
     app[SETTINGS] = settings
-    app[DEPS] = Dependencies({
-        "vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
-        "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
-        "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port),
-    }, common.grpc_max_message_bytes, gw.health_poll_ms / 1000,
+    app[DEPS] = Dependencies(
+        addresses={"vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
+                   "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
+                   "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port)},
+        max_message_bytes=common.grpc_max_message_bytes, poll_s=gw.health_poll_ms / 1000,
         hold=lambda: any(session.awaiting_first_audio() for session in app[SESSIONS]))
     app[SESSIONS] = weakref.WeakSet()
     app[PER_CLIENT] = Counter()

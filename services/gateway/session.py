@@ -1,8 +1,8 @@
-"""One WebSocket session: media in, turns out, and the conversation history it owns.
+"""One WebSocket session's lifecycle: messages dispatched, turns started and ended, and the history it owns.
 
 Only the handler task reads the socket (and calls `on_text` / `on_binary`); one writer task owns every send, so
 events never interleave and an interrupted turn's queued audio can be dropped in one place. State changes go
-through `_set_state`, which logs them.
+through `_set_state`, which logs them. Incoming media is `MediaIntake`'s job, the message rate `RateLimiter`'s.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ from enum import Enum
 import grpc
 from aiohttp import web
 
-from services.common import audio, config, logs
+from services.common import config, logs
 from services.gateway import metrics
-from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
-from services.gateway.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError, SessionStart,
-                                       TypedText, event, parse_frame, parse_message)
-from services.gateway.turn import Turn, TurnInput, TurnSettings
+from services.gateway.intake import MediaIntake
+from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
+                                       SessionStart, TypedText, event, parse_frame, parse_message)
+from services.gateway.rate_limit import RateLimiter
+from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.vad_link import VadLink
 from sotto.v1 import common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
@@ -37,7 +38,7 @@ class State(Enum):
 
 
 class Session:
-    def __init__(self, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
+    def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
                  model: dict, health: dict[str, str]) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.ws = ws
@@ -56,18 +57,12 @@ class Session:
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[str | bytes, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
-        self.jitter = JitterBuffer(self.gw.jitter_ms)
-        self.tape = AudioTape(16000, self.gw.max_turn_audio_s + self.gw.preroll_ms / 1000 + 2)
-        self.frames: list[CameraFrame] = []
+        self.intake = MediaIntake(gw=self.gw, name=f"session-{self.id}", to_vad=self._to_vad,
+                                  drop_utterance=self._drop_utterance)
         self.vad: VadLink | None = None
-        self.speech_start: int | None = None       # tape sample of the open utterance's start
-        self.last_audio_at = 0.0
         self.turns = 0
-        self._bucket = (float(self.gw.max_messages_per_s), time.monotonic())
-        self._rate_warned = 0.0
+        self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
-        self._watch_wanted = asyncio.Event()  # set by audio and by a speech start: wakes a parked watchdog
-        self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"session-{self.id}::stalls")
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, data: str | bytes, turn: Turn | None = None) -> None:
@@ -100,21 +95,14 @@ class Session:
 
     # -- input -----------------------------------------------------------------------------------------------
     def _admit(self) -> bool:
-        """Token bucket over all messages; the excess is dropped, counted and reported at most once a second."""
-        tokens, last = self._bucket
-        now = time.monotonic()
-        rate = float(self.gw.max_messages_per_s)
-        tokens = min(rate, tokens + (now - last) * rate)
-        if tokens < 1:
-            self._bucket = (tokens, now)
-            metrics.DROPPED.labels("rate_limited").inc()
-            if now - self._rate_warned > 1.0:
-                self._rate_warned = now
-                self.error("rate_limited", f"more than {self.gw.max_messages_per_s} messages per second; "
-                                           "the excess is dropped")
-            return False
-        self._bucket = (tokens - 1, now)
-        return True
+        """The excess over the message rate is dropped, counted and reported (not every time)."""
+        if self._limiter.admit():
+            return True
+        metrics.DROPPED.labels("rate_limited").inc()
+        if self._limiter.warning_due():
+            self.error("rate_limited", f"more than {self.gw.max_messages_per_s} messages per second; "
+                                       "the excess is dropped")
+        return False
 
     async def on_text(self, text: str) -> bool:
         """Handle one JSON message; returns False when the session must close."""
@@ -139,7 +127,8 @@ class Session:
             self.error("protocol", "the first message must be session.start")
             return False
         if isinstance(msg, TypedText):
-            await self._begin_turn(TurnInput(self._turn_id(), "text", msg.text, b"", 0.0, [], [], time.monotonic()))
+            await self._begin_turn(TurnInput(turn_id=self._turn_id(), source="text", text=msg.text,
+                                             t_input_end=time.monotonic()))
         elif isinstance(msg, Interrupt):
             self._interrupt(msg.turn_id, msg.played_samples)
         elif isinstance(msg, Playback):
@@ -174,97 +163,54 @@ class Session:
         try:
             frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
             if frame.kind == FrameKind.JPEG:
-                thumb = decode_jpeg(frame.payload, self.gw.max_image_pixels)
-                self.frames.append(CameraFrame(frame.ts_ms, frame.payload, thumb))
-                del self.frames[: -self.gw.max_frames_per_turn]
+                self.intake.camera(frame)
                 return
         except ProtocolError as exc:
             self.error(exc.code, exc.message)
             return
-        self._watch_wanted.set()
-        before = dict(self.jitter.dropped)
-        for ready in self.jitter.push(frame):
-            self._on_audio(ready.payload, ready.ts_ms)
-        for reason, count in self.jitter.dropped.items():
-            if count > before[reason]:
-                metrics.DROPPED.labels(f"audio_{reason}").inc(count - before[reason])
+        await self.intake.audio(frame)
 
-    def _on_audio(self, pcm: bytes, ts_ms: float) -> None:
-        now = time.monotonic()
-        self.last_audio_at = now
-        start = self.tape.append(pcm, ts_ms, now)
-        if self.speech_start is not None and (self.tape.end - self.speech_start) / 16000 > self.gw.max_turn_audio_s:
-            self.error("too_large", f"the utterance is longer than {self.gw.max_turn_audio_s:g} s; it was dropped")
-            self.speech_start = None
-            asyncio.create_task(self._reset_vad())
-            return
-        assert self.vad is not None
-        self.vad.send(pcm, ts_ms, start)
+    def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
+        assert self.vad is not None  # media is refused before session.start, which opens the link
+        self.vad.send(pcm, capture_ts_ms=ts_ms, tape_start=tape_start)
+
+    async def _drop_utterance(self, code: str, message: str) -> None:
+        self.error(code, message)
+        if self.vad is not None:
+            await self.vad.reset()
 
     def awaiting_first_audio(self) -> bool:
         """A turn is thinking (llm, first sentence's synthesis) and nobody is speaking: the CPU matters more than
         how soon new speech is noticed, since there is no answer playing to interrupt yet."""
-        return (self.speech_start is None and self.turn is not None and self.turn_task is not None
+        return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
-
-    async def _reset_vad(self) -> None:
-        if self.vad is not None:
-            await self.vad.reset()
 
     # -- vad events ------------------------------------------------------------------------------------------
     async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
         self._vad_failure_told = False
         if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
-            self.speech_start = origin + ev.start_sample
-            self._watch_wanted.set()
+            self.intake.speech_started(origin + ev.start_sample)
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
-            start = origin + ev.start_sample - int(self.gw.preroll_ms * 16)
-            end = origin + ev.end_sample
-            self.speech_start = None
+            utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
+                                                  start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
             self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
-            pcm = self.tape.cut(start, end)
-            received = self.tape.received_at(min(end, self.tape.end - 1)) or time.monotonic()
-            endpoint_ms = (time.monotonic() - received) * 1000.0
-            keyframes = pick_keyframes(self.frames, float(ev.start_ts_ms), float(ev.end_ts_ms))
-            self.frames = [f for f in self.frames if f.ts_ms > ev.end_ts_ms]
             await self._begin_turn(TurnInput(
-                self._turn_id(), "speech", "", audio.wav_bytes(pcm, 16000), len(pcm) / 32.0,
-                [f.jpeg for f in keyframes], [f.ts_ms for f in keyframes], received, endpoint_ms))
+                turn_id=self._turn_id(), source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
+                images=utterance.images, image_ts=utterance.image_ts, t_input_end=utterance.received_at,
+                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
 
     async def _on_vad_failure(self, reason: str) -> None:
-        if self.speech_start is not None:
+        if self.intake.in_utterance:
             self.error("unavailable", f"the vad service failed mid-utterance ({reason}); the utterance was dropped")
         elif not self._vad_failure_told:
             # Audio goes on arriving, and each frame retries the stream: say it once, not per frame.
             self.error("unavailable", f"the vad service is unavailable ({reason}): speech is not heard "
                                       "until it is back; typed messages still work")
         self._vad_failure_told = True
-        self.speech_start = None
-
-    async def _watch_stalls(self) -> None:
-        """An utterance whose audio stops arriving is dropped after the request timeout, with an error, and frames
-        held behind a gap are released once the jitter buffer gives up on it.
-
-        With neither to watch (no utterance open, no frame held) it parks until audio or a speech start arrives:
-        a session whose reply is being prepared after the page's `audio.end`, or an idle one, then wakes the gateway
-        not at all instead of 10 times a second, and on two cores each wake-up is taken from the synthesis of the
-        first sentence (docs/performance.md)."""
-        timeout = self.gw.request_timeout_ms / 1000.0
-        while True:
-            if self.speech_start is None and not self.jitter.pending:
-                self._watch_wanted.clear()
-                await self._watch_wanted.wait()
-            await asyncio.sleep(min(0.1, timeout / 4))
-            for ready in self.jitter.release():
-                self._on_audio(ready.payload, ready.ts_ms)
-            if self.speech_start is not None and time.monotonic() - self.last_audio_at > timeout:
-                self.speech_start = None
-                self.error("stalled_input", f"audio stopped arriving mid-utterance for over "
-                                            f"{self.gw.request_timeout_ms} ms; the utterance was dropped")
-                await self._reset_vad()
+        self.intake.abandon_utterance()
 
     # -- turns -----------------------------------------------------------------------------------------------
     def _turn_id(self) -> str:
@@ -276,15 +222,16 @@ class Session:
         v = self.cfg.vad
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
                                        min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
-        self.vad = VadLink(self.vad_stub, settings, start.sample_rate, self._on_vad_event, self._on_vad_failure,
-                           self.gw.request_timeout_ms / 1000.0, self.gw.vad_batch_ms, self.awaiting_first_audio,
-                           lambda: self.speech_start is not None)
+        self.vad = VadLink(stub=self.vad_stub, settings=settings, sample_rate=start.sample_rate,
+                           on_event=self._on_vad_event, on_failure=self._on_vad_failure,
+                           connect_timeout_s=self.gw.request_timeout_ms / 1000.0, batch_ms=self.gw.vad_batch_ms,
+                           batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance)
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
                   "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
         self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
-                        sample_rate_out=self.model.get("sample_rate_out", 24000), voices=self.model.get("voices", []),
+                        sample_rate_out=SAMPLE_RATE_OUT, voices=self.model.get("voices", []),
                         voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
                         model=self.model.get("llm", {}), limits=limits, health=dict(self.health)))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera})
@@ -296,10 +243,13 @@ class Session:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self.turn_task), INTERRUPT_WAIT_S)
         assert self.start is not None
-        settings = TurnSettings(self.gw.system_prompt, self.start.voice or self.gw.voice, self.start.language,
-                                self.gw.request_timeout_ms / 1000.0, self.gw.turn_deadline_ms / 1000.0)
+        settings = TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
+                                language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
+                                deadline_s=self.gw.turn_deadline_ms / 1000.0,
+                                log_content=self.cfg.common.log_content)
         history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
-        self.turn = Turn(inp, settings, list(history), self.llm, self.tts, self.id, self.send)
+        self.turn = Turn(inp=inp, settings=settings, history=list(history), llm=self.llm, tts=self.tts,
+                         session_id=self.id, send=self.send)
         self._set_state(State.THINKING, inp.source)
         self.turn_task = asyncio.create_task(self._run_turn(self.turn), name=f"turn-{inp.turn_id}")
 
@@ -314,7 +264,7 @@ class Session:
             finally:
                 if self.turn is turn:
                     self._set_state(State.LISTENING, "turn over")
-        if result.outcome in ("busy", "error"):
+        if result.outcome in (Outcome.BUSY, Outcome.ERROR):
             return
         # A spoken turn is recorded with the text that was sent (none): the llm service then recognises its own
         # conversation and reuses it, audio still in the KV cache; it stands in a placeholder when it rebuilds.
@@ -337,18 +287,13 @@ class Session:
     async def close(self) -> None:
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
-        for task in (self.turn_task, self._watchdog):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        if self.turn_task is not None:
+            self.turn_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.turn_task
+        await self.intake.close()
         if self.vad is not None:
             await self.vad.close()
         self.out.put_nowait(None)
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self.writer
-        # A closed session can stay reachable through reference cycles (its tasks) until a full GC pass, which
-        # may be many sessions later: drop the media it buffered now (up to 60 camera frames and 30 s of audio).
-        self.frames.clear()
-        self.tape = AudioTape(16000, 0)
-        self.jitter = JitterBuffer(self.gw.jitter_ms)

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from enum import Enum
 
 import grpc
 
@@ -25,26 +26,27 @@ _LOGGER = logging.getLogger(__name__)
 Send = Callable[[str | bytes, "Turn | None"], None]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TurnInput:
     turn_id: str
     source: str                   # "speech" or "text"
-    text: str                     # typed text ("" for speech)
-    audio_wav: bytes              # "" for typed turns
-    audio_ms: float
-    images: list[bytes]
-    image_ts: list[float]
     t_input_end: float            # monotonic: end of speech received, or text received
+    text: str = ""                # typed text ("" for speech)
+    audio_wav: bytes = b""        # empty for typed turns
+    audio_ms: float = 0.0
+    images: list[bytes] = field(default_factory=list)
+    image_ts: list[float] = field(default_factory=list)
     endpoint_ms: float | None = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TurnSettings:
     system_prompt: str
     voice: str
     language: str
     request_timeout_s: float
     deadline_s: float
+    log_content: bool = False     # SOTTO_LOG_CONTENT: the typed text and the answer may appear in the logs
 
 
 @dataclass
@@ -54,9 +56,26 @@ class _Sentence:
     end_sample: int
 
 
-@dataclass
+class Outcome(Enum):
+    """How a turn ended; the value is the `finish_reason` of `turn.done` and the metrics' `outcome` label."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    DEGRADED = "degraded"
+    INTERRUPTED = "interrupted"
+    BUSY = "busy"
+    ERROR = "error"
+
+
+# The llm's own finish reasons; one it leaves unset counts as a plain stop.
+_LLM_FINISH = {llm_pb2.STOP: Outcome.STOP, llm_pb2.LENGTH: Outcome.LENGTH, llm_pb2.CANCELLED: Outcome.CANCELLED,
+               llm_pb2.DEGRADED: Outcome.DEGRADED}
+
+
+@dataclass(kw_only=True)
 class TurnResult:
-    outcome: str                  # stop, length, degraded, interrupted, busy, error
+    outcome: Outcome
     text: str = ""
     heard_text: str = ""
     interrupted: bool = False
@@ -70,7 +89,7 @@ class StageTimeout(Exception):
 
 
 class Turn:
-    def __init__(self, inp: TurnInput, settings: TurnSettings, history: list[common_pb2.Turn],
+    def __init__(self, *, inp: TurnInput, settings: TurnSettings, history: list[common_pb2.Turn],
                  llm: llm_pb2_grpc.LlmServiceStub, tts: tts_pb2_grpc.TtsServiceStub, session_id: str,
                  send: Send) -> None:
         self.inp = inp
@@ -82,7 +101,6 @@ class Turn:
         self.send = send
         self.interrupted = False
         self.played_samples = 0
-        self.sample_rate = 24000
         self._calls: dict[str, grpc.aio.Call] = {}
         self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._tts_text_ended = False
@@ -93,7 +111,7 @@ class Turn:
         self._chunks_sent = 0
         self._llm_finished = asyncio.Event()
         self._timings: dict[str, float] = {}
-        self._finish = "stop"
+        self._finish = Outcome.STOP
         self._done = asyncio.Event()
 
     # -- control ---------------------------------------------------------------------------------------------
@@ -122,8 +140,11 @@ class Turn:
         inp = self.inp
         self.send(event("turn.started", turn_id=inp.turn_id, source=inp.source, audio_ms=round(inp.audio_ms),
                         images=len(inp.images)), None)
+        _LOGGER.info("turn_started", extra={"source": inp.source, "audio_ms": round(inp.audio_ms),
+                                            "images": len(inp.images),
+                                            **logs.content(self.settings.log_content, text=inp.text)})
         metadata = (*logs.grpc_metadata(),)
-        outcome, error = "stop", None
+        outcome, error = Outcome.STOP, None
         try:
             # The llm's request first: its prefill is on the way to the first audio, the tts stream's set-up is not.
             self._calls["llm"] = self.llm.Generate(self._llm_request(), timeout=self.settings.deadline_s,
@@ -134,21 +155,21 @@ class Turn:
             for res in results:
                 if isinstance(res, BaseException) and not isinstance(res, asyncio.CancelledError):
                     raise res
-            outcome = "interrupted" if self.interrupted else self._finish
+            outcome = Outcome.INTERRUPTED if self.interrupted else self._finish
         except StageTimeout as exc:
-            outcome, error = "error", ("timeout", f"the {exc.stage} service did not answer within "
+            outcome, error = Outcome.ERROR, ("timeout", f"the {exc.stage} service did not answer within "
                                                   f"{self.settings.request_timeout_s * 1000:.0f} ms")
         except grpc.aio.AioRpcError as exc:
             if self.interrupted and exc.code() == grpc.StatusCode.CANCELLED:
-                outcome = "interrupted"
+                outcome = Outcome.INTERRUPTED
             elif exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                outcome = "busy"
+                outcome = Outcome.BUSY
             else:
-                outcome, error = "error", _error_of(exc)
+                outcome, error = Outcome.ERROR, _error_of(exc)
         finally:
             self._cancel_calls()
             self._done.set()
-        if outcome == "busy":
+        if outcome is Outcome.BUSY:
             metrics.BUSY.inc()
             self.send(event("busy", turn_id=inp.turn_id, message="the model is busy with other requests; "
                             "try again in a moment"), None)
@@ -159,9 +180,10 @@ class Turn:
             self.send(event("audio.done", turn_id=inp.turn_id, samples=self._samples_sent), None)
         heard = self.heard_text() if self.interrupted else self._text
         self._timings["total_ms"] = _ms(time.monotonic() - t0)
-        result = TurnResult(outcome, self._text, heard, self.interrupted, dict(self._timings))
+        result = TurnResult(outcome=outcome, text=self._text, heard_text=heard, interrupted=self.interrupted,
+                            timings=dict(self._timings))
         self.send(event("turn.done", turn_id=inp.turn_id, text=self._text, heard_text=heard,
-                        interrupted=self.interrupted, finish_reason=outcome, timings=result.timings), None)
+                        interrupted=self.interrupted, finish_reason=outcome.value, timings=result.timings), None)
         self._observe(result)
         return result
 
@@ -194,7 +216,7 @@ class Turn:
             while message is not grpc.aio.EOF and not self.interrupted:
                 if message.HasField("done"):
                     done = message.done
-                    self._finish = llm_pb2.FinishReason.Name(done.finish_reason).lower()
+                    self._finish = _LLM_FINISH.get(done.finish_reason, Outcome.STOP)
                     self._timings["llm_queue_ms"] = round(done.timings.queue_wait_ms, 1)
                     self._timings["llm_decode_tokens"] = done.timings.decode_tokens
                     if done.timings.time_to_first_token_ms:
@@ -251,7 +273,6 @@ class Turn:
     def _on_audio(self, chunk: tts_pb2.AudioOut, t0: float) -> None:
         now = time.monotonic()
         if not self._samples_sent:
-            self.sample_rate = chunk.sample_rate
             self._timings["first_audio_ms"] = _ms(now - t0)
             self._timings["ttfa_ms"] = _ms(now - self.inp.t_input_end)
             if self.inp.endpoint_ms is not None:
@@ -297,7 +318,7 @@ class Turn:
         return " ".join(w for w in heard if w).strip()
 
     def _observe(self, result: TurnResult) -> None:
-        metrics.TURNS.labels(self.inp.source, result.outcome).inc()
+        metrics.TURNS.labels(self.inp.source, result.outcome.value).inc()
         t = result.timings
         if "ttfa_ms" in t:
             metrics.TTFA.labels(self.inp.source).observe(t["ttfa_ms"] / 1000)
@@ -305,9 +326,10 @@ class Turn:
             if stage in t:
                 metrics.STAGE.labels(stage[:-3]).observe(t[stage] / 1000)
         metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)
-        _LOGGER.info("turn_done", extra={"outcome": result.outcome, "source": self.inp.source,
+        _LOGGER.info("turn_done", extra={"outcome": result.outcome.value, "source": self.inp.source,
                                          "reply_chars": len(result.text), "heard_chars": len(result.heard_text),
-                                         **t})
+                                         **t, **logs.content(self.settings.log_content, reply=result.text,
+                                                             heard_text=result.heard_text)})
 
 
 def _ms(seconds: float) -> float:

@@ -24,7 +24,7 @@ SESSION_DEADLINE_S = 12 * 3600.0  # the stream's gRPC deadline; a longer session
 # dies (the connection drops: UNAVAILABLE), rather than refusing the audio.
 _WENT_AWAY = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE})
 # Silero decides once per 512-sample window (256 at 8 kHz): audio that completes no window cannot change an
-# event, so it waits for the next frame. This halves-ish the stream messages at no cost to endpointing.
+# event, so it waits for the next frame: fewer stream messages at no cost to endpointing.
 _WINDOW = {16000: 512, 8000: 256}
 
 
@@ -34,7 +34,7 @@ def batch_windows(batch_ms: int, sample_rate: int = 16000) -> int:
 
 
 class VadLink:
-    def __init__(self, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
+    def __init__(self, *, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
                  on_failure: Callable[[str], Awaitable[None]], connect_timeout_s: float,
                  batch_ms: int, batching: Callable[[], bool], in_utterance: Callable[[], bool]) -> None:
@@ -48,6 +48,7 @@ class VadLink:
         self._queue: asyncio.Queue[tuple[int, vad_pb2.VadRequest]] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
         self._reader: asyncio.Task | None = None
+        self._replaced_readers: set[asyncio.Task] = set()  # cancelled by went_away(), awaited by close()
         self._origin = 0   # tape sample index where this stream's sample 0 sits
         self._seq = 0
         self._window = _WINDOW.get(sample_rate, 512)
@@ -184,6 +185,8 @@ class VadLink:
             return
         _LOGGER.warning("vad_stream_replaced", extra={"reason": "health check failed"})
         self._reader.cancel()
+        self._replaced_readers.add(self._reader)
+        self._reader.add_done_callback(self._replaced_readers.discard)
         self._call.cancel()
         self._reopen()
 
@@ -209,8 +212,10 @@ class VadLink:
     async def close(self) -> None:
         if self._call is not None and not self._call.done():
             self._call.cancel()
-        if self._reader is not None:
-            self._reader.cancel()
+        readers = [*self._replaced_readers, *([self._reader] if self._reader is not None else [])]
+        for reader in readers:
+            reader.cancel()
+        for reader in readers:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+                await reader
         self._call = self._reader = None

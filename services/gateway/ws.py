@@ -67,7 +67,7 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    session = Session(ws, settings, deps.channels, request.app[MODEL], deps.status)
+    session = Session(ws=ws, cfg=settings, channels=deps.channels, model=request.app[MODEL], health=deps.status)
     sessions.add(session)
     per_client[client] += 1
     metrics.SESSIONS.inc()

@@ -25,3 +25,8 @@ def test_ids_round_trip_through_grpc_metadata() -> None:
         metadata = logs.grpc_metadata()
     logs.bind_from_grpc(metadata)
     assert (logs.SESSION_ID.get(), logs.TURN_ID.get()) == ("s9", "t9")
+
+
+def test_content_fields_only_where_allowed() -> None:
+    assert logs.content(False, text="hello") == {}
+    assert logs.content(True, text="hello") == {"text": "hello"}

@@ -19,6 +19,7 @@ from services.gateway.protocol import FrameKind, pack_frame
 from services.gateway.server import create_app
 from sotto.v1 import llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
 from tests.gateway.fakes import FakeLlm, FakeTts, FakeVad, start_fake
+from tests.helpers import eventually
 
 
 @dataclass
@@ -33,7 +34,8 @@ class Stack:
 
 @pytest.fixture
 async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
-    overrides = getattr(request, "param", {})
+    overrides = dict(getattr(request, "param", {}))  # gateway settings, and `common` for the common ones
+    common_overrides = overrides.pop("common", {})
     vad, llm, tts = FakeVad(), FakeLlm(), FakeTts()
     servers = [await start_fake(vad, vad_pb2_grpc.add_VadServiceServicer_to_server, "sotto.v1.VadService"),
                await start_fake(llm, llm_pb2_grpc.add_LlmServiceServicer_to_server, "sotto.v1.LlmService"),
@@ -41,7 +43,7 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     base = config.load_all({})
     gateway = dataclasses.replace(base.gateway, vad_addr=servers[0][1], llm_addr=servers[1][1],
                                   tts_addr=servers[2][1], **overrides)
-    settings = dataclasses.replace(base, gateway=gateway)
+    settings = dataclasses.replace(base, gateway=gateway, common=dataclasses.replace(base.common, **common_overrides))
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
@@ -53,12 +55,14 @@ async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
 
 
 class Client:
-    """Collects everything the gateway sends; binary frames are kept with their arrival time."""
+    """Collects everything the gateway sends; binary frames are kept with their arrival time, and `arrivals` keeps
+    the order of everything (an event's type, or "audio" for a binary frame)."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
         self.events: list[dict] = []
         self.frames: list[tuple[float, bytes]] = []
+        self.arrivals: list[str] = []
         self._reader = asyncio.create_task(self._read())
         self.seq = 0
 
@@ -66,8 +70,10 @@ class Client:
         async for msg in self.ws:
             if msg.type == aiohttp.WSMsgType.TEXT:
                 self.events.append(json.loads(msg.data))
+                self.arrivals.append(self.events[-1]["type"])
             elif msg.type == aiohttp.WSMsgType.BINARY:
                 self.frames.append((asyncio.get_running_loop().time(), msg.data))
+                self.arrivals.append("audio")
 
     async def send(self, **message: object) -> None:
         await self.ws.send_str(json.dumps(message))
@@ -80,13 +86,20 @@ class Client:
             self.seq += 1
 
     async def wait_for(self, kind: str, timeout: float = 10.0, count: int = 1) -> dict:
-        async def until() -> dict:
-            while True:
-                found = [e for e in self.events if e["type"] == kind]
-                if len(found) >= count:
-                    return found[count - 1]
-                await asyncio.sleep(0.01)
-        return await asyncio.wait_for(until(), timeout)
+        def nth() -> dict | None:
+            found = [e for e in self.events if e["type"] == kind]
+            return found[count - 1] if len(found) >= count else None
+        return await eventually(nth, timeout, f"{kind} event #{count}")
+
+    async def flush(self) -> None:
+        """Wait until everything the gateway queued for this client so far has arrived: the pong goes through
+        the same writer queue, behind it."""
+        await self.send(type="ping")
+        await self.wait_for("pong", count=self.arrivals.count("pong") + 1)
+
+    def audio_after(self, kind: str) -> int:
+        """Audio frames that arrived after the first event of this type."""
+        return self.arrivals[self.arrivals.index(kind):].count("audio")
 
     def types(self) -> list[str]:
         return [e["type"] for e in self.events]

@@ -63,7 +63,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     deltas: list[str] = field(default_factory=lambda: ["Hello", " there.", " How", " are", " you?"])
     delta_delay_s: float = 0.01
     first_delay_s: float = 0.0
-    after_done_s: float = 0.0  # how long the call stays open after `done`
+    open_after_done: asyncio.Event | None = None  # if given, the call stays open after `done` until it is set
     engine_first_token_ms: float = 1.0  # what `done` reports as the engine's own time to first token
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
@@ -81,7 +81,8 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.engine_first_token_ms)
         yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP, timings=timings,
                                                               text="".join(self.deltas)))
-        await asyncio.sleep(self.after_done_s)
+        if self.open_after_done is not None:
+            await self.open_after_done.wait()
         finished.set()
 
     async def GetModelInfo(self, request, context) -> llm_pb2.ModelInfo:
@@ -97,6 +98,9 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
     cancelled: int = 0  # as FakeLlm.cancelled
     texts: list[str] = field(default_factory=list)
     fail_with: tuple[grpc.StatusCode, str] | None = None  # ends the call with this status at the first text
+    # Once `chunks_sent` (counted over all calls) reaches this, the stream sends nothing more until cancelled.
+    stall_after_chunks: int | None = None
+    chunks_sent: int = field(default=0, init=False)
 
     async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
         finished = count_unfinished(self, context)
@@ -122,6 +126,9 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
         pcm = (np.sin(np.arange(2048) / 8) * 8000).astype("<i2").tobytes()
         for i in range(self.chunks_per_sentence):
             await asyncio.sleep(self.chunk_delay_s)
+            if self.chunks_sent == self.stall_after_chunks:
+                await asyncio.Event().wait()  # until the call is cancelled
+            self.chunks_sent += 1
             yield tts_pb2.AudioOut(pcm16=pcm, sample_rate=24000, sentence_index=index, text_start=start,
                                    text_end=end, sentence_text=text[start:end], sample_offset=offset + i * 2048,
                                    sentence_end=i == self.chunks_per_sentence - 1)

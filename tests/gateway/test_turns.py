@@ -43,14 +43,13 @@ async def test_typed_turn_streams_text_then_audio_in_order(stack, connect) -> No
 
 async def test_the_last_sentence_is_spoken_once_the_reply_is_complete_not_when_the_call_closes(stack, connect) -> None:
     stack.llm.deltas = ["Hello", " there"]  # no final punctuation: the sentence ends with the reply
-    stack.llm.after_done_s = 1.5
+    stack.llm.open_after_done = asyncio.Event()
     client = await connect()
     await client.send(type="text", text="Hi!")
-    started = await client.wait_for("audio.start")
+    await client.wait_for("audio.start")  # while the llm call is still open after its `done`
+    stack.llm.open_after_done.set()
     done = await client.wait_for("turn.done")
     assert done["text"] == "Hello there"
-    # audio began while the llm call was still open after its `done`, not 1.5 s later when it closed
-    assert done["timings"]["first_audio_ms"] < done["timings"]["total_ms"] - 1000, (started, done["timings"])
 
 
 async def test_spoken_turn_sends_the_utterance_and_keyframes(stack, connect) -> None:
@@ -80,23 +79,22 @@ async def test_history_is_kept_across_turns(stack, connect) -> None:
 
 async def test_barge_in_stops_audio_cancels_calls_and_keeps_only_what_was_heard(stack, connect) -> None:
     stack.tts.chunks_per_sentence = 40
-    stack.tts.chunk_delay_s = 0.02
+    stack.tts.stall_after_chunks = 30  # inside the first sentence, so what was heard is known exactly
     client = await connect()
     await client.send(type="text", text="Tell me a story.")
     start = await client.wait_for("audio.start")
-    await asyncio.sleep(0.3)
-    t_interrupt = asyncio.get_running_loop().time()
-    await client.send(type="interrupt", turn_id=start["turn_id"], played_samples=2048 * 10)
+    await eventually(lambda: len(client.frames) == 30, 10.0, "the audio before the stall")
+    await client.send(type="interrupt", turn_id=start["turn_id"], played_samples=2048 * 20)
     done = await client.wait_for("turn.done")
-    await asyncio.sleep(0.3)
-    late = [t for t, _ in client.frames if t > t_interrupt + 0.1]
-    assert not late, f"{len(late)} audio frames arrived more than 100 ms after the interrupt"
     assert done["interrupted"] and done["finish_reason"] == "interrupted"
     assert await eventually(lambda: stack.tts.cancelled, 2.0, "the cancel to reach the tts service") == 1
+    await client.flush()
+    assert client.audio_after("turn.done") == 0, "audio of the cut turn was sent after it ended"
     assert done["heard_text"] and done["heard_text"] != done["text"]
     assert "Hello" in done["heard_text"] and "How" not in done["heard_text"]
+    stack.tts.stall_after_chunks = None
     await client.send(type="text", text="Go on.")
-    await client.wait_for("turn.done", count=2)
+    assert (await client.wait_for("turn.done", count=2))["finish_reason"] == "stop"
     assert stack.llm.requests[1].history[-1].text == done["heard_text"]
     assert stack.llm.requests[1].history[-1].interrupted
 
@@ -124,13 +122,11 @@ async def test_llm_failure_is_an_error_event(stack, connect) -> None:
 async def test_llm_that_never_answers_times_out_within_the_request_timeout(stack, connect) -> None:
     stack.llm.first_delay_s = 30
     client = await connect()
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     await client.send(type="text", text="Hi")
-    err = await client.wait_for("error", timeout=5)
-    assert err["code"] == "timeout"
-    assert loop.time() - t0 < stack.settings.gateway.request_timeout_ms / 1000 + 0.5
-    await asyncio.sleep(0.2)
+    err = await client.wait_for("error")
+    # the request timeout fired (the message names it), not the turn's far longer deadline
+    timeout_ms = stack.settings.gateway.request_timeout_ms
+    assert err["code"] == "timeout" and f"llm service did not answer within {timeout_ms} ms" in err["message"], err
     # the call was cancelled, not abandoned
     assert await eventually(lambda: stack.llm.cancelled, 2.0, "the cancel to reach the llm service") == 1
 
@@ -152,7 +148,7 @@ async def test_stalled_utterance_is_dropped_with_an_error(stack, connect) -> Non
     client = await connect()
     await client.send_audio(speech(0.5))
     await client.wait_for("speech.started")
-    err = await client.wait_for("error", timeout=5)
+    err = await client.wait_for("error")
     assert err["code"] == "stalled_input"
     await client.send(type="ping")
     await client.wait_for("pong")
@@ -165,7 +161,7 @@ async def test_an_utterance_whose_start_is_reported_after_its_audio_stopped_is_s
     client = await connect()
     await client.send_audio(speech(0.5))
     await client.wait_for("speech.started")
-    err = await client.wait_for("error", timeout=5)
+    err = await client.wait_for("error")
     assert err["code"] == "stalled_input"
 
 
@@ -173,10 +169,10 @@ async def test_audio_held_behind_a_lost_frame_reaches_the_vad_once_the_jitter_bu
     client = await connect()
     await client.send_audio(silence(0.04))
     client.seq += 1  # one frame lost on the way; the loud frames after it wait for it, then go on without it
+    sent_at = asyncio.get_running_loop().time()  # before the gateway can have received them: a lower bound
     await client.send_audio(speech(0.3))
-    t0 = asyncio.get_running_loop().time()
-    await client.wait_for("speech.started", timeout=5)
-    assert asyncio.get_running_loop().time() - t0 >= stack.settings.gateway.jitter_ms / 1000 - 0.05
+    await client.wait_for("speech.started")
+    assert asyncio.get_running_loop().time() - sent_at >= stack.settings.gateway.jitter_ms / 1000
 
 
 async def test_a_late_interrupt_cuts_the_history_to_what_was_heard(stack, connect) -> None:
@@ -206,45 +202,45 @@ async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stac
     await client.send(type="text", text="Tell me a story.")
     await client.wait_for("audio.start")
     await client.send_audio(speech(0.3))  # the server VAD hears the user: barge-in
-    started = await client.wait_for("speech.started")
-    loop = asyncio.get_running_loop()
-    heard_at = loop.time()
+    await client.wait_for("speech.started")
     done = await client.wait_for("turn.done")
-    await asyncio.sleep(0.3)
-    assert started and done["interrupted"] and done["finish_reason"] == "interrupted"
-    assert not [t for t, _ in client.frames if t > heard_at + 0.1]
+    assert done["interrupted"] and done["finish_reason"] == "interrupted"
     assert await eventually(lambda: stack.tts.cancelled, 2.0, "the cancel to reach the tts service") == 1
+    await client.flush()
+    assert client.audio_after("turn.done") == 0, "audio of the cut turn was sent after it ended"
 
 
 async def test_while_a_turn_thinks_the_microphone_reaches_the_vad_in_fewer_messages(stack, connect) -> None:
-    """Before the first audio, 1 s of microphone goes to the vad in SOTTO_GATEWAY_VAD_BATCH_MS (160 ms) pieces,
-    not 31 windows; none of it is lost, and speech in that time still starts an utterance."""
-    stack.llm.first_delay_s = 3.0
+    """Before the first audio, 1 s of microphone goes to the vad in SOTTO_GATEWAY_VAD_BATCH_MS pieces (5 windows
+    at the default), not 31 windows; none of it is lost, and speech in that time still starts an utterance."""
+    stack.llm.first_delay_s = 30.0  # the turn thinks for the whole test
+    batch = 5 * 512
     client = await connect()
-    await client.send_audio(np.concatenate([speech(0.5), silence(0.6)]))
+    spoken = np.concatenate([speech(0.5), silence(0.6)])
+    await client.send_audio(spoken)
     await client.wait_for("turn.started")
-    await asyncio.sleep(0.5)  # the vad has taken what was sent before the turn began
-    before = len(stack.vad.chunk_samples)
-    await client.send_audio(silence(1.0))
-    await asyncio.sleep(0.5)
-    thinking = stack.vad.chunk_samples[before:]
-    assert len(thinking) <= 7 and all(n >= 5 * 512 for n in thinking), thinking
-    assert sum(thinking) >= 16000 - 5 * 512, "audio held back beyond one batch"
+    await client.send_audio(silence(1.0))  # all of it sent while the turn thinks
+    total = len(spoken) + 16000
+    await eventually(lambda: sum(stack.vad.chunk_samples) >= total - batch, 10.0,
+                     "the vad to take all but at most one batch of the audio")
+    assert stack.vad.streams == 1
+    ends = np.cumsum(stack.vad.chunk_samples)
+    thinking = [n for n, end in zip(stack.vad.chunk_samples, ends) if end > len(spoken)]
+    assert len(thinking) <= 7 and all(n >= batch for n in thinking), thinking
     await client.send_audio(speech(0.5))
     await client.wait_for("speech.started", count=2, timeout=5)
 
 
 async def test_once_the_answer_plays_the_vad_gets_every_window_again(stack, connect) -> None:
     """Speech over a playing answer must be heard at once (barge-in), so no batching then."""
-    stack.tts.chunk_delay_s = 0.5
+    stack.tts.stall_after_chunks = 1  # the answer goes on playing for the whole test
     client = await connect()
     await client.send(type="text", text="Talk to me")
     await client.wait_for("audio.start")
     before = len(stack.vad.chunk_samples)
     await client.send_audio(silence(1.0))
-    await asyncio.sleep(0.3)
-    assert not [e for e in client.events if e["type"] == "turn.done"], "the answer ended before the check"
-    assert len(stack.vad.chunk_samples[before:]) >= 25
+    await eventually(lambda: sum(stack.vad.chunk_samples[before:]) >= 16000 - 512, 10.0, "the vad to take the audio")
+    assert len(stack.vad.chunk_samples[before:]) >= 25  # 31 windows: one message per window, give or take a frame
 
 
 async def test_speech_right_after_a_vad_restart_is_heard(stack, connect) -> None:
@@ -284,8 +280,10 @@ async def test_speech_while_the_vad_service_is_down_gets_one_clear_error(stack, 
     await client.send_audio(np.concatenate([speech(0.5), silence(0.5)]))
     err = await client.wait_for("error")
     assert err["code"] == "unavailable" and "speech is not heard" in err["message"], err
+    streams = stack.vad.streams
     await client.send_audio(speech(0.5))
-    await asyncio.sleep(0.3)
-    assert len([e for e in client.events if e["type"] == "error"]) == 1, "one error per outage, not per frame"
+    await eventually(lambda: stack.vad.streams > streams, 10.0, "the audio to try the vad again")
     await client.send(type="text", text="Typed still works")
     assert (await client.wait_for("turn.done"))["finish_reason"] == "stop"
+    await client.flush()
+    assert len([e for e in client.events if e["type"] == "error"]) == 1, "one error per outage, not per frame"
