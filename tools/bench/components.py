@@ -1,83 +1,122 @@
-"""Each component alone, in this process: VAD cost per window, LLM time to first token and decode speed
-(our engine beside litert_lm.Benchmark), TTS first chunk and real-time factor, and gRPC cost per message."""
+"""Each component alone, in this process, with no stack running: the VAD's cost per window (bare model,
+batched, and through VadStream) and the TTS's first chunk and real-time factor (Kokoro ONNX as the service
+runs it; Kokoro MLX where it can run at all).
+
+CPU figures count the CPU of one thread (VAD) or of this process (TTS), so they hold on a busy machine where
+wall times say little.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-import grpc
+import numpy as np
 
-from sotto.v1 import tts_pb2
+from services.vad.engine import SileroVad
+from services.vad.loading import load_model
+
+RATE = 16000
+WINDOW = 512
+WINDOW_MS = WINDOW * 1000 / RATE
+ANSWERS = {
+    "short": "Sure, I can help with that.",
+    "medium": ("The capital of France is Paris. It sits on the Seine, and about two million people "
+               "live in the city itself."),
+}
+MLX_SENTENCE = "Hi there."
+
+
+def _speech_like(seconds: float, seed: int) -> np.ndarray:
+    """A voiced tone with noise, amplitude-modulated like syllables: the VAD does its full work on it."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * RATE)) / RATE
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 3 * t + seed)
+    signal = envelope * (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(len(t)))
+    return (signal * 32767).astype(np.int16)
+
+
+def vad_model_ms(model: SileroVad, batch: int, calls: int) -> float:
+    """CPU ms per window of bare inference calls on `batch` windows at once."""
+    frames = (np.random.default_rng(0).standard_normal((batch, 64 + WINDOW)) * 0.1).astype(np.float32)
+    state = np.zeros((2, batch, 128), dtype=np.float32)
+    for _ in range(20):
+        _, state = model.infer(frames, state, RATE)
+    calls = max(100, calls // batch)
+    began = time.thread_time()
+    for _ in range(calls):
+        _, state = model.infer(frames, state, RATE)
+    return (time.thread_time() - began) * 1000 / (calls * batch)
+
+
+def vad_stream_ms(model: SileroVad, streams: int, seconds: float, chunk_ms: float = 20.0) -> float:
+    """CPU ms per window through VadStream.push, framing and endpointing included."""
+    audio = [_speech_like(seconds, seed) for seed in range(streams)]
+    chunk = int(RATE * chunk_ms / 1000)
+    vads = [model.open_stream() for _ in range(streams)]
+    began = time.thread_time()
+    for offset in range(0, len(audio[0]), chunk):
+        for vad, samples in zip(vads, audio):
+            vad.push(samples[offset:offset + chunk], capture_ms=offset / 16)
+    elapsed = time.thread_time() - began
+    for vad in vads:
+        vad.close()
+    return elapsed * 1000 / (streams * (len(audio[0]) // WINDOW))
 
 
 def vad(calls: int = 2000, streams: int = 20, seconds: float = 3.0) -> dict:
-    """Silero per 512-sample window (CPU ms of one thread): bare model, batched, and through VadStream."""
-    from services.vad import bench
-    from services.vad.engine import SileroVad
-
-    model = SileroVad()
-    single = bench.model_only(model, 1, calls)
-    batched = bench.model_only(model, 8, calls)
-    stream = bench.streams_one_by_one(model, streams, seconds, 20)
-    return {"model_ms_per_window": round(single, 4), "model_batch8_ms_per_window": round(batched, 4),
-            "stream_ms_per_window": round(stream, 4), "window_ms": bench.WINDOW_MS,
-            "realtime_streams_per_core": round(bench.WINDOW_MS / stream) if stream else None}
+    """A real-time stream needs one window every 32 ms, hence streams per core = 32 ms / cost per window."""
+    model = load_model(None)
+    stream = vad_stream_ms(model, streams, seconds)
+    return {"model_ms_per_window": round(vad_model_ms(model, 1, calls), 4),
+            "model_batch8_ms_per_window": round(vad_model_ms(model, 8, calls), 4),
+            "stream_ms_per_window": round(stream, 4), "window_ms": WINDOW_MS,
+            "realtime_streams_per_core": round(WINDOW_MS / stream) if stream else None}
 
 
-def llm(model_path: str, threads: int | None, prefill_tokens: int = 64, decode_tokens: int = 64,
-        engine_rows: list[dict] | None = None) -> dict:
-    """litert_lm.Benchmark on the model (fixed prefill/decode token counts) beside what our engine measured."""
-    import litert_lm
-
-    with tempfile.TemporaryDirectory(prefix="sotto-bench-litert-") as cache:  # else it caches beside the model
-        bench = litert_lm.Benchmark(model_path, litert_lm.Backend.CPU(thread_count=threads),
-                                    prefill_tokens=prefill_tokens, decode_tokens=decode_tokens,
-                                    max_num_tokens=prefill_tokens + decode_tokens + 16, cache_dir=cache)
-        info = bench.run()
-    out = {"model": Path(model_path).name, "threads": threads,
-           "litert_benchmark": {"prefill_tokens": info.last_prefill_token_count,
-                                "decode_tokens": info.last_decode_token_count,
-                                "ttft_ms": round(info.time_to_first_token_in_second * 1000, 1),
-                                "prefill_tokens_per_s": round(info.last_prefill_tokens_per_second, 1),
-                                "decode_tokens_per_s": round(info.last_decode_tokens_per_second, 1),
-                                "init_s": round(info.init_time_in_second, 2)}}
-    if engine_rows:
-        out["engine"] = {
-            "ttft_ms_p50": round(statistics.median(r["first_token_ms"] for r in engine_rows), 1),
-            "decode_tokens_per_s_p50": round(statistics.median(r["decode_tokens_per_s"] for r in engine_rows), 1),
-            "prefill_tokens_p50": statistics.median(r["prefill_tokens"] for r in engine_rows),
-            "decode_tokens_p50": statistics.median(r["decode_tokens"] for r in engine_rows),
-            "turns": len(engine_rows)}
-    return out
+def _synthesis(engine, text: str, voice: str) -> tuple[float, float, float, float]:
+    """(first chunk s, total s, audio s, CPU s of this process) for one synthesis."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    first, samples = None, 0
+    for chunk in engine.synthesize(text, voice):
+        first = first or time.perf_counter() - started
+        samples += chunk.samples
+    return first or 0.0, time.perf_counter() - started, samples / engine.sample_rate, time.process_time() - cpu_started
 
 
-def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = ("short", "medium")) -> dict:
-    """Kokoro ONNX first chunk and RTF (services/tts/bench.py), plus Kokoro MLX where it can run."""
-    from services.tts import bench
+def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
+    """`engine`: the one the direct path built with the tts service's own loader (services.tts.loading), so
+    this measures what the service runs. RTF = synthesis time / audio duration (below 1: faster than real time)."""
+    rows = {}
+    for name in answers:
+        runs = [_synthesis(engine, ANSWERS[name], voice) for _ in range(repeat)]
+        first, total, cpu = (statistics.median(r[i] for r in runs) for i in (0, 1, 3))
+        audio = runs[0][2]
+        rows[name] = {"chars": len(ANSWERS[name]), "first_chunk_s": round(first, 3), "total_s": round(total, 3),
+                      "audio_s": round(audio, 3), "rtf": round(total / audio, 3), "cpu_rtf": round(cpu / audio, 3)}
+    return {"engine": engine.name, "answers": rows, "mlx": _mlx()}
 
-    rows = bench.bench(engine, voice, list(answers), repeat)
-    out = {"onnx": {r["answer"]: {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()
-                                  if k not in ("engine", "answer")} for r in rows}}
-    out["mlx"] = _mlx()
-    return out
+
+def mlx_once() -> None:
+    """One tiny sentence on Kokoro MLX; prints wall seconds and audio seconds (run by `_mlx` in a subprocess)."""
+    from services.tts.kokoro_mlx import KokoroMlx
+    from tools.stack import model_dir
+
+    engine = KokoroMlx(model_dir() / "kokoro-kit" / "mlx")
+    started = time.perf_counter()
+    samples = sum(chunk.samples for chunk in engine.synthesize(MLX_SENTENCE, "jf_alpha"))
+    print(time.perf_counter() - started, samples / engine.sample_rate)
 
 
 def _mlx(timeout_s: float = 120.0) -> dict:
-    """MLX is for Apple Silicon; on a Linux CPU it is far slower than real time, so: one tiny sentence at most."""
+    """MLX is for Apple Silicon; on a Linux CPU it is far slower than real time, so: one tiny sentence at most,
+    in a subprocess that a time bound can stop."""
     if importlib.util.find_spec("mlx") is None or importlib.util.find_spec("kokoro_mlx") is None:
-        return {"skipped": "mlx / kokoro-mlx are not installed here (the tts-mlx extra); MLX targets Apple "
-                           "Silicon and is far slower than real time on a Linux CPU"}
-    code = ("import time,os;from pathlib import Path;from services.tts.engine import KokoroMlx;"
-            "k=Path(os.environ.get('SOTTO_MODEL_DIR',Path.home()/'.cache/sotto/models'))/'kokoro-kit'/'mlx';"
-            "e=KokoroMlx(k);t=time.perf_counter();n=sum(c.samples for c in e.synthesize('Hi there.', 'jf_alpha'));"
-            "w=time.perf_counter()-t;print(w, n/24000)")
+        return {"skipped": "mlx / kokoro-mlx are not installed here (the tts-mlx extra)"}
+    code = "from tools.bench.components import mlx_once; mlx_once()"
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
         wall, audio = map(float, done.stdout.split()[-2:])
@@ -85,58 +124,4 @@ def _mlx(timeout_s: float = 120.0) -> dict:
         return {"skipped": f"a tiny sentence did not finish within {timeout_s:.0f} s on this CPU"}
     except ValueError:
         return {"skipped": "kokoro-mlx failed: " + (done.stderr.strip().splitlines() or ["?"])[-1]}
-    return {"text": "Hi there.", "total_s": round(wall, 2), "audio_s": round(audio, 2), "rtf": round(wall / audio, 2)}
-
-
-def _identity(b: bytes) -> bytes:
-    return b
-
-
-async def _grpc_echo(messages: int, payload: bytes) -> dict:
-    """A loopback grpc.aio bidi echo: ping-pong round trips, and a one-way server stream like TTS audio."""
-    async def echo(request_iterator, context):
-        async for item in request_iterator:
-            yield item
-
-    async def stream(request, context):
-        for _ in range(messages):
-            yield payload
-
-    handler = grpc.method_handlers_generic_handler("bench.Echo", {
-        "Echo": grpc.stream_stream_rpc_method_handler(echo, _identity, _identity),
-        "Stream": grpc.unary_stream_rpc_method_handler(stream, _identity, _identity)})
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers((handler,))
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            call = channel.stream_stream("/bench.Echo/Echo", _identity, _identity)(timeout=120)
-            for _ in range(50):
-                await call.write(payload)
-                await call.read()
-            rtts = []
-            for _ in range(messages):
-                t = time.perf_counter()
-                await call.write(payload)
-                await call.read()
-                rtts.append((time.perf_counter() - t) * 1e6)
-            await call.done_writing()
-            t = time.perf_counter()
-            count = 0
-            async for _ in channel.unary_stream("/bench.Echo/Stream", _identity, _identity)(b"", timeout=120):
-                count += 1
-            streamed = (time.perf_counter() - t) * 1e6 / max(1, count)
-    finally:
-        await server.stop(1)
-    rtts.sort()
-    return {"payload_bytes": len(payload), "messages": messages,
-            "round_trip_us_p50": round(rtts[len(rtts) // 2], 1),
-            "round_trip_us_p95": round(rtts[int(len(rtts) * 0.95)], 1),
-            "server_stream_us_per_message": round(streamed, 1)}
-
-
-def grpc_cost(messages: int = 2000) -> dict:
-    """Cost per streamed message with a real TTS AudioOut (2048 samples) as the payload."""
-    chunk = tts_pb2.AudioOut(pcm16=bytes(4096), sample_rate=24000, sentence_text="Hello there.")
-    return asyncio.run(_grpc_echo(messages, chunk.SerializeToString()))
+    return {"text": MLX_SENTENCE, "total_s": round(wall, 2), "audio_s": round(audio, 2), "rtf": round(wall / audio, 2)}

@@ -5,8 +5,7 @@ WebSocket or gateway between them.
 schedule: the LLM decodes in this thread, each sentence goes to the TTS engine (in a second thread, as the tts
 service's SynthesizeStream does) the moment the splitter completes it, so the TTS speaks the first sentence while
 the LLM still decodes the rest, competing for the same cores exactly as the two services do. What remains between
-the two paths is the gateway, gRPC and serialisation. The CPU time of this process over the whole turn is counted,
-to compare with the stack's processes.
+the two paths is the gateway, gRPC and serialisation.
 
 The microphone stays live after the end of speech: in a spoken turn the client goes on sending audio while the
 reply is being prepared, and any design, one process or many, must run the VAD on it (the user may speak again).
@@ -26,29 +25,24 @@ from pathlib import Path
 from services.common import config
 from services.gateway.client import FRAME_MS
 from services.gateway.vad_link import batch_windows
-from services.llm.engine import Finished, LlmEngine, TextDelta
+from services.llm.engine import LlmEngine, TextDelta
 from services.llm.loading import SamplingDefaults, engine_config
 from services.llm.wire import to_engine_request
-from services.tts import core_wait
 from services.tts.loading import load_engine
 from services.vad.loading import default_settings, load_model
 from sotto.v1 import llm_pb2
 
+
 @dataclass
 class DirectTurn:
     first_token_ms: float | None = None
-    engine_first_token_ms: float | None = None  # the engine's own, as the llm service reports it for the stack
     first_sentence_ms: float | None = None   # request -> first sentence complete
     tts_first_chunk_ms: float | None = None  # first sentence complete -> first audio chunk
-    tts_first_chunk_queued_ms: float | None = None  # the TTS threads' waits for a core in it, as the service's
     first_audio_ms: float | None = None      # request -> first audio chunk
     reply: str = ""
-    decode_tokens: int = 0
-    decode_tokens_per_s: float = 0.0
-    prefill_tokens: int = 0
     cpu_ms: float = 0.0                      # CPU of this process (all threads): the LLM and the whole reply spoken
     mic_tail_ms: float = 0.0                 # audio the VAD was fed after the turn started, as the stack's was
-    vad_cpu_ms: float = 0.0                  # of cpu_ms, the VAD's (the stack's vad process is counted apart)
+    vad_cpu_ms: float = 0.0                  # of cpu_ms, the VAD's
 
 
 class DirectPath:
@@ -92,10 +86,8 @@ class DirectPath:
 
         def speak() -> None:
             chunks = self.tts.synthesize_sentences(iter(sentences.get, None), self.voice, self.speed)
-            chunk, queued = core_wait.queued_during(self.tts.pool_threads, lambda: next(chunks, None))
-            if chunk is not None:
+            if next(chunks, None) is not None:
                 first_chunk.append(ms())
-                out.tts_first_chunk_queued_ms = None if queued is None else round(queued * 1000, 1)
             for _ in chunks:  # the whole reply is spoken, as in the stack
                 pass
 
@@ -132,11 +124,6 @@ class DirectPath:
                         out.first_token_ms = ms()
                     out.reply += event.text
                     feed(splitter.push(event.text))
-                elif isinstance(event, Finished):
-                    out.decode_tokens, out.prefill_tokens = event.decode_tokens, event.prefill_tokens
-                    out.decode_tokens_per_s = round(event.decode_tokens_per_s, 1)
-                    if event.time_to_first_token_s is not None:
-                        out.engine_first_token_ms = round(event.time_to_first_token_s * 1000, 1)
             feed(splitter.close())
         finally:
             sentences.put(None)

@@ -39,10 +39,6 @@ class Case:
     page_end_bytes: int = 0        # "page": the audio sent, up to the frame where the page's VAD hears the end
 
     @property
-    def speech_s(self) -> float:
-        return len(self.pcm16) / 32000
-
-    @property
     def page_audio(self) -> bytes:
         """What the page sends: the speech, then silence up to the frame where its VAD heard the end."""
         return (self.pcm16 + bytes(max(0, self.page_end_bytes - len(self.pcm16))))[:self.page_end_bytes]

@@ -1,57 +1,43 @@
-"""Pure helpers: percentiles, summaries, the machine a run happened on, and per-figure diffs of two runs."""
+"""Pure helpers: summaries, the median's bootstrap interval, the machine a run happened on, and per-figure
+diffs of two runs."""
 
 from __future__ import annotations
 
-import math
 import os
 import platform
-import statistics
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100) of the values, or None when there are none."""
-    data = sorted(v for v in values if v is not None)
-    if not data:
-        return None
-    pos = (len(data) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
+def _values(values: Iterable[float | None]) -> np.ndarray:
+    return np.array([v for v in values if v is not None], dtype=float)
 
 
-def summary(values: Iterable[float]) -> dict[str, float | int | None]:
-    """n, p50, p95, p99, mean, min and max (ms in, ms out), rounded to 0.1."""
-    data = [v for v in values if v is not None]
-    out: dict[str, float | int | None] = {"n": len(data)}
-    for name, q in (("p50", 50), ("p95", 95), ("p99", 99)):
-        out[name] = _round(percentile(data, q))
-    out["mean"] = _round(statistics.fmean(data)) if data else None
-    out["min"] = _round(min(data)) if data else None
-    out["max"] = _round(max(data)) if data else None
-    return out
+def summary(values: Iterable[float | None]) -> dict[str, float | int | None]:
+    """n, p50, p95, p99, mean, min and max (ms in, ms out), rounded to 0.1; None where there are no values."""
+    data = _values(values)
+    if not len(data):
+        return {"n": 0} | dict.fromkeys(("p50", "p95", "p99", "mean", "min", "max"))
+    p50, p95, p99 = np.percentile(data, (50, 95, 99))
+    figures = {"p50": p50, "p95": p95, "p99": p99, "mean": data.mean(), "min": data.min(), "max": data.max()}
+    return {"n": len(data)} | {k: round(float(v), 1) for k, v in figures.items()}
 
 
-def median_ci(values: Iterable[float], level: float = 0.95, resamples: int = 4000, seed: int = 0) -> list[float] | None:
-    """Bootstrap confidence interval of the median, [low, high]: how far the p50 could move with other turns.
-
-    A 10 ms target read off 40 turns whose first-sentence synthesis alone varies by +-50 ms needs this
-    interval beside the p50, or a lucky run looks like a fix. (numpy draws the resamples; the percentile
-    method, fixed seed, so a given set of turns always gives the same interval.)"""
-    data = np.array([v for v in values if v is not None], dtype=float)
+def median_ci(values: Iterable[float | None], level: float = 0.95) -> list[float] | None:
+    """Bootstrap interval of the median, [low, high]: how far the p50 could move with other turns of the same
+    run. A fixed seed, so the same turns always give the same interval; None below two turns."""
+    data = _values(values)
     if len(data) < 2:
         return None
-    medians = np.median(np.random.default_rng(seed).choice(data, (resamples, len(data))), axis=1)
-    tail = (1 - level) / 2 * 100
-    return [round(float(np.percentile(medians, tail)), 1), round(float(np.percentile(medians, 100 - tail)), 1)]
-
-
-def _round(value: float | None, digits: int = 1) -> float | None:
-    return None if value is None else round(value, digits)
+    result = scipy_stats.bootstrap((data,), np.median, confidence_level=level, n_resamples=4000,
+                                   method="percentile", rng=np.random.default_rng(0))
+    interval = result.confidence_interval
+    return [round(float(interval.low), 1), round(float(interval.high), 1)]
 
 
 def load_average() -> list[float]:
@@ -61,25 +47,19 @@ def load_average() -> list[float]:
 def machine() -> dict:
     """CPU model, cores, memory, OS and Python, plus the load average right now."""
     model = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError):
-        memory_gb = None
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
     return {"cpu": model, "cores": os.cpu_count(), "affinity_cores": len(os.sched_getaffinity(0)),
-            "memory_gb": memory_gb, "os": platform.platform(), "python": platform.python_version(),
-            "load_average": load_average(), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "os": platform.platform(), "python": platform.python_version(), "load_average": load_average(),
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def commit() -> str | None:
-    """The code a run measured: git's HEAD, with "-dirty" when tracked files differ from it (None outside a
-    checkout). Runs are pooled only when this is the same (`tools.bench.pool`)."""
+    """The code a run measured: git's HEAD, with "-dirty" when tracked files differ (None outside a checkout)."""
     repo = Path(__file__).resolve().parents[2]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
@@ -105,8 +85,7 @@ def flatten(tree: object, prefix: str = "") -> dict[str, float]:
     return out
 
 
-# Figures that are not measurements (settings, counts of inputs, the clock) and single turns (`rows`) are
-# left out of a comparison.
+# Settings, counts of inputs and the machine are not measurements; single turns (`rows`) are noise.
 _NOT_COMPARED = ("machine.", "config.", ".n", "started_at")
 
 
