@@ -55,7 +55,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     os.environ.update({"COMPOSE_PROJECT_NAME": f"sotto-test-{os.getpid()}",
                        "SOTTO_GATEWAY_PUBLISH_PORT": str(port),
                        "SOTTO_RUN_DIR": str(tmp_path_factory.mktemp("run")),
-                       # first-sentence synthesis on this shared 2-core CPU can take seconds (as in tests/e2e)
+                       # first-sentence synthesis on a small shared CPU can take seconds (as in tests/e2e)
                        "SOTTO_REQUEST_TIMEOUT_MS": "15000"})
     try:
         reason = _why_not_runnable()

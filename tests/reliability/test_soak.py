@@ -37,7 +37,7 @@ WARMUP_FRACTION = 0.25       # of the run, at least WARMUP_MIN_S
 WARMUP_MIN_S = 30.0
 RSS_BOUND_FRACTION, RSS_BOUND_MB = 0.15, 50.0
 FD_BOUND = 20
-WORKERS = 2                  # the llm admits 2 concurrent requests by default; this box has 2 cores
+WORKERS = 2                  # the llm admits 2 concurrent requests by default
 TURN_TIMEOUT_S = 90.0
 PROMPTS = ["What is the capital of France?", "Tell me a short story about a cat.", "How are you today?",
            "Please count from one to ten.", "What should I cook for dinner tonight?"]
