@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
 
-.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test bench report \
+.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -65,8 +65,13 @@ status:
 logs:
 	$(PY) -m tools.runner logs --follow
 
+# `make test` runs the soak at its short default length; `make soak` runs only the soak, at full length.
 test: install system-deps web-assets models-offline
 	$(PY) -m pytest
+
+SOAK_SECONDS ?= 1200
+soak: install system-deps web-assets models-offline
+	SOTTO_SOAK_SECONDS=$(SOAK_SECONDS) $(PY) -m pytest -s tests/reliability/test_soak.py
 
 bench: install system-deps web-assets models-offline
 	$(PY) -m tools.bench run

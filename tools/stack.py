@@ -110,7 +110,7 @@ def stack_env(run_dir: Path, **extra: str) -> tuple[dict[str, str], dict[str, in
     env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SOTTO_RUN_DIR": str(run_dir),
            "SOTTO_LLM_MODEL": str(TINY_LLM), "SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_VOICE": "jf_alpha",
            "SOTTO_OFFLINE": "true", "SOTTO_LLM_THREADS": "1",
-           # a shared 2-core CPU box: synthesis of a first sentence can take seconds under load
+           # on a small shared CPU a first sentence can take seconds to synthesise under load
            "SOTTO_REQUEST_TIMEOUT_MS": "15000", **extra}
     return env, ports
 

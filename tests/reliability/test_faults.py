@@ -19,7 +19,7 @@ from tests.reliability.conftest import REQUEST_TIMEOUT_MS, kill, pids, restarts,
 from tools.stack import RealStack
 
 DEADLINE_S = REQUEST_TIMEOUT_MS / 1000
-SLACK_S = 2.0          # event-loop and loopback latency on a shared 2-core box
+SLACK_S = 2.0          # event-loop and loopback latency on a small shared CPU
 POLL_DOWN_S = 2.0      # the gateway's health poll: one 1 s interval plus its 1 s check timeout
 TURN_TIMEOUT_S = 120   # a healthy turn on the offline models, generously
 MEASURED: dict[str, float] = {}
@@ -95,7 +95,7 @@ async def heard_again(client: GatewayClient, speech: bytes) -> None:
 @pytest.mark.parametrize("service", ["llm", "tts"])
 async def test_sigkill_mid_turn_errors_restarts_and_recovers(stack: RealStack, service: str) -> None:
     # SIGSTOP first so the SIGKILL lands while the service holds the turn's request (the tiny llm would
-    # otherwise finish in ~0.1 s), then kill: the gRPC connection is reset under the gateway's feet.
+    # otherwise finish at once), then kill: the gRPC connection is reset under the gateway's feet.
     async with GatewayClient(stack.ws_url) as client, GatewayClient(stack.ws_url) as bystander:
         observer = Observer(bystander)
         victim = pids(stack)[service]

@@ -168,8 +168,8 @@ async def _barrage(stack: RealStack, at_limit: bytes, rounds: int) -> None:
 
 async def test_gateway_memory_stays_bounded_under_a_hostile_barrage(stack: RealStack) -> None:
     """Each round: a session that sends 70 of the largest accepted JPEG (3840x2160), every hostile frame and a
-    flood, then closes. After a warm-up of six rounds, six more must add less than GATEWAY_RSS_BOUND_MB (measured:
-    +0.3 MB; before commit 53ea0f3 closed sessions kept their frames until a full GC and it was +25 MB)."""
+    flood, then closes. After a warm-up of six rounds, six more must add less than GATEWAY_RSS_BOUND_MB: a closed
+    session must let go of its frames at once, not hold them until a full garbage collection."""
     gateway = pids(stack)["gateway"]
     at_limit = jpeg((3840, 2160))
     assert len(at_limit) < 2 * 2**20
