@@ -2,7 +2,8 @@
 
 Start order matters: the server listens at once and answers health checks with NOT_SERVING while the model
 loads and warms up, then flips to SERVING. That lets the runner (and Kubernetes-style probes) tell "starting"
-from "down". SIGTERM/SIGINT flip health back to NOT_SERVING and give in-flight calls a grace period.
+from "down"; the service's own methods answer UNAVAILABLE until then (services.common.interceptor).
+SIGTERM/SIGINT flip health back to NOT_SERVING and give in-flight calls a grace period.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import logs, metrics
+from services.common import metrics
 from services.common.config import CommonConfig
+from services.common.interceptor import ServiceInterceptor
 
 _LOGGER = logging.getLogger(__name__)
 _STARTED = time.monotonic()
@@ -33,7 +35,7 @@ class ServiceSpec:
     service_names: Sequence[str]                # full proto names, e.g. "sotto.v1.VadService"
     port: int
     metrics_port: int
-    register: Callable[[grpc.aio.Server], None]  # adds the servicers
+    register: Callable[[grpc.aio.Server], None]  # adds the servicers, which are called only once `load` is done
     load: Callable[[], Awaitable[dict[str, str]]]  # preload + warm up; returns info (model, backend, ...)
     close: Callable[[], Awaitable[None]] | None = None
 
@@ -48,7 +50,8 @@ def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 async def run(spec: ServiceSpec, common: CommonConfig) -> None:
     """Serve until SIGTERM/SIGINT. Raises (exit non-zero) if the model cannot be loaded."""
-    server = grpc.aio.server(options=server_options(common.grpc_max_message_bytes))
+    interceptor = ServiceInterceptor(spec.service_names)
+    server = grpc.aio.server(options=server_options(common.grpc_max_message_bytes), interceptors=[interceptor])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     spec.register(server)
@@ -73,6 +76,7 @@ async def run(spec: ServiceSpec, common: CommonConfig) -> None:
         await asyncio.wait({load_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         if load_task.done():
             info = load_task.result()  # a load failure propagates: the runner restarts us with backoff
+            interceptor.loaded = True
             metrics.SERVICE_INFO.info(info)
             metrics.SERVING.set(1)
             metrics.LOAD_SECONDS.set(time.monotonic() - _STARTED)
@@ -105,7 +109,3 @@ def main(spec_factory: Callable[[], tuple[ServiceSpec, CommonConfig]]) -> None:
     except KeyboardInterrupt:
         pass
 
-
-def rpc_context_ids(context: grpc.aio.ServicerContext) -> None:
-    """Bind the caller's session/turn ids so this RPC's log lines carry them."""
-    logs.bind_from_grpc(context.invocation_metadata())

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 from typing import Any, Callable
+
+_LOGGER = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +72,15 @@ class ConversationCache:
             _, evicted = self._held.popitem(last=False)
             self._close(evicted.conversation)
 
-    def drop(self, session_id: str) -> None:
-        held = self._held.pop(session_id, None)
-        if held is not None:
-            self._close(held.conversation)
-
     def clear(self) -> None:
         while self._held:
             _, held = self._held.popitem()
             self._close(held.conversation)
+
+
+def close_quietly(conversation: Any) -> None:
+    """Close a LiteRT-LM conversation; a failure is logged, never raised over the outcome being reported."""
+    try:
+        conversation.close()
+    except Exception:  # noqa: BLE001 - closing must never mask the real outcome
+        _LOGGER.exception("closing a conversation failed")

@@ -1,20 +1,17 @@
 """The llm engine adapter: LiteRT-LM behind a small, synchronous, streaming interface.
 
-Two responsibilities:
-1. Own one `litert_lm.Engine` (loaded once, sized to a memory budget, warmed up) and one
-   conversation per session (reused or rebuilt, see conversations.py).
-2. Turn a `GenerateRequest` into a stream of events: `TextDelta`s as tokens decode, then one
-   `Finished` with the timings, token counts and finish reason. A `Generation` can be cancelled
-   from any thread, and a generation that runs past the time limit ends as `degraded`.
+`LlmEngine` owns one `litert_lm.Engine` (loaded once, sized to a memory budget, warmed up) and one
+conversation per session (reused or rebuilt, see conversations.py). `generate` checks a `GenerateRequest`
+and returns its `Generation` (generation.py), which streams `TextDelta`s and then one `Finished`; the request
+and event types are defined there and part of this module's interface too.
 
 No gRPC here, and no torch: the servicer translates, the offline kit builds models.
-One LiteRT-LM engine runs one generation at a time, so generations take turns on a lock.
+One LiteRT-LM engine runs one generation at a time, so generations take turns on its lock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import io
 import logging
 import platform
@@ -23,82 +20,34 @@ import threading
 import time
 import wave
 from pathlib import Path
-from typing import Iterator, Union
 
 from services.llm import media
-from services.llm.conversations import ConversationCache, Turn
+from services.llm.conversations import ConversationCache, close_quietly
 from services.llm.errors import EngineError, InvalidInput
+from services.llm.generation import (
+    Event,
+    FinishReason,
+    Finished,
+    GenerateRequest,
+    Generation,
+    Sampling,
+    TextDelta,
+)
 from services.llm.memory import DEFAULT_KV_BYTES_PER_TOKEN, MemoryPlan, plan_memory
 from services.llm.native_log import stderr_tap
+
+__all__ = ["DEFAULT_CACHE_DIR", "EngineConfig", "Event", "FinishReason", "Finished", "GenerateRequest", "Generation",
+           "LlmEngine", "ModelInfo", "Sampling", "TextDelta", "default_backend"]
 
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "sotto" / "litert-lm"
-_LOCK_POLL_S = 0.01
-
-
-class FinishReason(str, enum.Enum):
-    STOP = "stop"  # the model ended its turn
-    LENGTH = "length"  # max new tokens (or the context) ran out
-    CANCELLED = "cancelled"  # the caller cancelled
-    DEGRADED = "degraded"  # the time limit ran out; the text is partial
-
-
-@dataclasses.dataclass(frozen=True)
-class Sampling:
-    """Sampling settings; top_k is always passed, since LiteRT-LM samples greedily without it."""
-
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 40
-    seed: int | None = None
-    max_new_tokens: int = 25
-
-    @classmethod
-    def greedy(cls, max_new_tokens: int = 25) -> "Sampling":
-        return cls(temperature=0.0, top_p=1.0, top_k=1, seed=0, max_new_tokens=max_new_tokens)
 
 
 def _unheld_content(role: str) -> str:
     """What a rebuilt conversation says for a turn whose content was media only (a spoken question): the
     history is text, and the audio lived only in the discarded conversation's KV cache."""
     return "(spoken; the audio is no longer available)" if role == "user" else "(no reply)"
-
-
-@dataclasses.dataclass(frozen=True)
-class GenerateRequest:
-    """One user turn. `history` holds the earlier turns as (role, text); the user turns' text must
-    be what was sent, and the assistant turns' text what was returned, for a session to be reused."""
-
-    text: str = ""
-    audio: tuple[bytes, ...] = ()  # WAV files
-    images: tuple[bytes, ...] = ()  # JPEG or PNG files
-    system_prompt: str = ""
-    history: tuple[Turn, ...] = ()
-    sampling: Sampling = Sampling()
-    session_id: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class TextDelta:
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Finished:
-    text: str
-    finish_reason: FinishReason
-    time_to_first_token_s: float | None
-    prefill_tokens: int
-    decode_tokens: int
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    total_s: float
-    context_tokens: int  # tokens the conversation holds after this turn
-    reused_conversation: bool
-
-
-Event = Union[TextDelta, Finished]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,8 +145,8 @@ class LlmEngine:
             context_tokens=plan.context_tokens,
             memory=plan,
         )
-        self._lock = threading.Lock()
-        self._sessions = ConversationCache(config.max_sessions, close=_close_quietly)
+        self.lock = threading.Lock()  # held by the running Generation
+        self.sessions = ConversationCache(config.max_sessions, close=close_quietly)  # used under `lock`
         _LOGGER.info("loaded %s in %.2f s: %s", self.info.name, self.load_seconds, self.info)
 
     def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None, audio_backend: str | None):
@@ -226,7 +175,7 @@ class LlmEngine:
 
     # -- public API ---------------------------------------------------------------------------
 
-    def generate(self, request: GenerateRequest) -> "Generation":
+    def generate(self, request: GenerateRequest) -> Generation:
         """Check the request now (raising InvalidInput), and return its not-yet-started Generation."""
         self._check(request)
         return Generation(self, request)
@@ -242,17 +191,12 @@ class LlmEngine:
         *_, finished = self.generate(request)
         return finished
 
-    def forget(self, session_id: str) -> None:
-        """Close the session's conversation, if any."""
-        with self._lock:
-            self._sessions.drop(session_id)
-
     def close(self) -> None:
-        with self._lock:
-            self._sessions.clear()
+        with self.lock:
+            self.sessions.clear()
             self._engine.close()
 
-    # -- internals ----------------------------------------------------------------------------
+    # -- checks, and what a running Generation asks of the engine (it holds `lock`) -------------
 
     def _check(self, request: GenerateRequest) -> None:
         limits = self.config.media_limits
@@ -281,7 +225,8 @@ class LlmEngine:
                 f"bad sampling (temperature {s.temperature} >= 0, top_p {s.top_p} in [0, 1], top_k {s.top_k} >= 1)"
             )
 
-    def _new_conversation(self, request: GenerateRequest):
+    def new_conversation(self, request: GenerateRequest):
+        """A fresh conversation holding the request's system prompt and history."""
         s = request.sampling
         sampler = self._lm.SamplerConfig(top_k=s.top_k, top_p=s.top_p, temperature=s.temperature, seed=s.seed)
         history = [{"role": turn.role, "content": turn.text or _unheld_content(turn.role)} for turn in request.history]
@@ -296,7 +241,8 @@ class LlmEngine:
         except RuntimeError as exc:
             raise EngineError("cannot create a conversation", tap.reason_since(mark) or str(exc)) from exc
 
-    def _message(self, request: GenerateRequest):
+    def message(self, request: GenerateRequest):
+        """The request's user turn as LiteRT-LM takes it."""
         lm = self._lm
         if not (request.audio or request.images):
             # Plain string content: chat templates written for text-only models expect a string.
@@ -306,164 +252,6 @@ class LlmEngine:
         if request.text:
             parts.append(request.text)
         return lm.Message.user(lm.Contents.of(*parts))
-
-
-def _conversation_key(request: GenerateRequest) -> tuple:
-    s = request.sampling
-    return (request.system_prompt, s.temperature, s.top_p, s.top_k, s.seed)
-
-
-class Generation:
-    """One request's run: iterate it for events; `cancel()` from any thread, any time, idempotent."""
-
-    def __init__(self, engine: LlmEngine, request: GenerateRequest):
-        self._engine = engine
-        self._request = request
-        self._state_lock = threading.Lock()
-        self._conversation = None
-        self._stop_reason: FinishReason | None = None
-        self._ended = False  # the stream has ended: a late cancel or time limit changes nothing
-        self._events = self._run()
-        self.cancel_requested_at: float | None = None
-
-    def __iter__(self) -> Iterator[Event]:
-        return self._events
-
-    def __next__(self) -> Event:
-        return next(self._events)
-
-    def cancel(self) -> None:
-        self._stop(FinishReason.CANCELLED)
-
-    def _stop(self, reason: FinishReason) -> None:
-        with self._state_lock:
-            if self._stop_reason is not None or self._ended:
-                return
-            self._stop_reason = reason
-            if reason is FinishReason.CANCELLED:
-                self.cancel_requested_at = time.monotonic()
-            if self._conversation is not None:
-                self._conversation.cancel_process()
-
-    def _run(self) -> Iterator[Event]:
-        engine, request = self._engine, self._request
-        started = time.monotonic()
-        while not engine._lock.acquire(timeout=_LOCK_POLL_S):
-            if self._stop_reason is not None:
-                yield self._finished("", started, None, None, 0, 0, reused=False)
-                return
-        timer = threading.Timer(engine.config.time_limit_s, self._stop, args=(FinishReason.DEGRADED,))
-        timer.daemon = True
-        conversation = None
-        keep = False
-        try:
-            if self._stop_reason is not None:
-                yield self._finished("", started, None, None, 0, 0, reused=False)
-                return
-            key = _conversation_key(request)
-            conversation = engine._sessions.take(request.session_id, key, request.history)
-            reused = conversation is not None
-            if conversation is None:
-                conversation = engine._new_conversation(request)
-            tokens_before = conversation.token_count
-            with self._state_lock:
-                self._conversation = conversation
-                stopped_early = self._stop_reason is not None
-            if stopped_early:
-                yield self._finished("", started, None, None, tokens_before, tokens_before, reused=reused)
-                return
-            timer.start()
-            tap = stderr_tap()
-            mark = tap.mark()
-            stream = conversation.send_message_async(
-                engine._message(request), max_output_tokens=request.sampling.max_new_tokens
-            )
-            parts: list[str] = []
-            first_token_at = None
-            try:
-                for message in stream:
-                    text = "".join(c.text for c in message.contents.contents if hasattr(c, "text"))
-                    if not text or self._stop_reason is not None:
-                        continue  # after a cancel, drain what the native thread still sends
-                    if first_token_at is None:
-                        first_token_at = time.monotonic()
-                    parts.append(text)
-                    yield TextDelta(text)
-            except GeneratorExit:
-                # The consumer walked away: stop the native decode (it would go on otherwise).
-                self._stop(FinishReason.CANCELLED)
-                _drain(stream)
-                raise
-            except RuntimeError as exc:
-                raise EngineError("generation failed", tap.reason_since(mark) or str(exc)) from exc
-            finally:
-                timer.cancel()
-                with self._state_lock:
-                    self._ended = True
-            reply = "".join(parts)
-            finished = self._finished(
-                reply, started, first_token_at, conversation, tokens_before, conversation.token_count, reused=reused
-            )
-            if finished.finish_reason is FinishReason.STOP:
-                turns = request.history + (Turn("user", request.text), Turn("assistant", reply))
-                engine._sessions.put(request.session_id, conversation, key, turns)
-                keep = True
-            yield finished
-        finally:
-            timer.cancel()
-            with self._state_lock:
-                self._conversation = None
-            if conversation is not None and not keep:
-                _close_quietly(conversation)  # cancelled, cut short or failed: rebuild next time
-            engine._lock.release()
-
-    def _finished(self, text, started, first_token_at, conversation, tokens_before, tokens_after, *, reused) -> Finished:
-        request = self._request
-        prefill = decode = 0
-        prefill_rate = decode_rate = 0.0
-        if conversation is not None and tokens_after > tokens_before:
-            try:
-                bench = conversation.get_benchmark_info()
-                prefill, decode = bench.last_prefill_token_count, bench.last_decode_token_count
-                prefill_rate, decode_rate = bench.last_prefill_tokens_per_second, bench.last_decode_tokens_per_second
-            except RuntimeError:
-                pass
-            if prefill + decode != tokens_after - tokens_before:
-                # No benchmark for this turn (e.g. cancelled in prefill): count from the KV cache.
-                decode = min(decode, tokens_after - tokens_before)
-                prefill = tokens_after - tokens_before - decode
-        reason = self._stop_reason
-        if reason is None:
-            at_context_end = tokens_after >= self._engine.info.context_tokens - 1
-            reason = FinishReason.LENGTH if decode >= request.sampling.max_new_tokens or at_context_end else FinishReason.STOP
-        now = time.monotonic()
-        return Finished(
-            text=text,
-            finish_reason=reason,
-            time_to_first_token_s=None if first_token_at is None else first_token_at - started,
-            prefill_tokens=prefill,
-            decode_tokens=decode,
-            prefill_tokens_per_s=prefill_rate,
-            decode_tokens_per_s=decode_rate,
-            total_s=now - started,
-            context_tokens=tokens_after,
-            reused_conversation=reused,
-        )
-
-
-def _drain(stream) -> None:
-    try:
-        for _ in stream:
-            pass
-    except RuntimeError:
-        pass
-
-
-def _close_quietly(conversation) -> None:
-    try:
-        conversation.close()
-    except Exception:  # noqa: BLE001 - closing must never mask the real outcome
-        _LOGGER.exception("closing a conversation failed")
 
 
 def _silence_wav(seconds: float, rate: int = 16000) -> bytes:

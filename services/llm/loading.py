@@ -22,10 +22,16 @@ OFFLINE_MODEL = "smollm2-135m-instruct.litertlm"  # what tools/models/llm_kit bu
 
 @dataclass(frozen=True)
 class SamplingDefaults:
-    temperature: float = 0.7
-    top_p: float = 0.9
-    top_k: int = 40
-    max_new_tokens: int = 25
+    """What a request that leaves a sampling field unset gets; the values are the SOTTO_LLM_* settings."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+
+    @classmethod
+    def from_config(cls, cfg: config.LlmConfig) -> SamplingDefaults:
+        return cls(cfg.temperature, cfg.top_p, cfg.top_k, cfg.max_new_tokens)
 
 
 def resolve_model(cfg: config.LlmConfig, common: config.CommonConfig) -> tuple[Path, bool, str]:

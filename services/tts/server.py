@@ -19,7 +19,6 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics
-from services.tts import core_wait
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.loading import load_engine
 from services.tts.text import Sentence
@@ -32,11 +31,6 @@ _LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h":
 
 FIRST_CHUNK_SECONDS = Histogram(
     "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
-    ["method"], buckets=metrics.LATENCY_BUCKETS)
-FIRST_CHUNK_QUEUED_SECONDS = Histogram(
-    "sotto_tts_first_chunk_queued_seconds", "Time the engine's threads (the calling thread and ONNX Runtime's "
-    "pool) were ready to run but waited for a core while the first audio chunk was made, summed over the "
-    "threads: the part of sotto_tts_first_chunk_seconds that other work on the machine took. Linux only.",
     ["method"], buckets=metrics.LATENCY_BUCKETS)
 ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
 AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
@@ -53,7 +47,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
     def __init__(self, cfg: config.TtsConfig, executor: ThreadPoolExecutor) -> None:
         self._cfg = cfg
         self._executor = executor
-        self.engine = None  # set once loaded and warmed up
+        self.engine = None  # set by the service's load step; no call reaches the servicer before
 
     async def _call(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -62,45 +56,26 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         return (voice_config.voice or None, voice_config.speed or self._cfg.speed,
                 voice_config.language or None)
 
-    async def _ready(self, context: grpc.aio.ServicerContext):
-        if self.engine is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the TTS model is still loading")
-        return self.engine
-
-    async def _speak(self, method: str, chunks: Iterator, context: grpc.aio.ServicerContext, started: float,
+    async def _speak(self, method: str, chunks: Iterator,
                      text_at: Callable[[], float]) -> AsyncIterator[tts_pb2.AudioOut]:
         """Step the engine's iterator on the worker thread; yield each chunk as it comes.
 
         `text_at()` is when the first text to speak arrived, the origin of the first-chunk latency."""
-        code = grpc.StatusCode.OK
         ACTIVE_STREAMS.inc()
         try:
-            # The first chunk's waits for a core are read; the later chunks' would go unused.
-            chunk, queued = await self._call(core_wait.queued_during, self.engine.pool_threads,
-                                             lambda: next(chunks, None))
+            chunk = await self._call(next, chunks, None)
             if chunk is not None:
                 FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
-                if queued is not None:
-                    FIRST_CHUNK_QUEUED_SECONDS.labels(method).observe(queued)
             while chunk is not None:
                 AUDIO_SECONDS.inc(chunk.samples / self.engine.sample_rate)
                 yield _audio_out(chunk, self.engine.sample_rate)
                 chunk = await self._call(next, chunks, None)
-        except (asyncio.CancelledError, GeneratorExit):
-            code = grpc.StatusCode.CANCELLED  # barge-in or deadline: counted, so cancellations are visible
-            raise
-        except Exception:
-            code = grpc.StatusCode.UNKNOWN
-            raise
         finally:
             ACTIVE_STREAMS.dec()
             self._executor.submit(chunks.close)  # ordered before the next call's work
-            metrics.RPC_TOTAL.labels(method, code.name).inc()
-            metrics.RPC_SECONDS.labels(method).observe(time.perf_counter() - started)
 
     async def Synthesize(self, request, context):
-        grpc_server.rpc_context_ids(context)
-        engine = await self._ready(context)
+        engine = self.engine
         started = time.perf_counter()
         cancel = CancelEvent()
         context.add_done_callback(lambda _: cancel.set())
@@ -110,12 +85,11 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         except InvalidInput as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         _LOGGER.info("synthesize", extra={"chars": len(request.text), "voice": voice or engine.default_voice})
-        async for out in self._speak("Synthesize", chunks, context, started, lambda: started):
+        async for out in self._speak("Synthesize", chunks, lambda: started):
             yield out
 
     async def SynthesizeStream(self, request_iterator, context):
-        grpc_server.rpc_context_ids(context)
-        engine = await self._ready(context)
+        engine = self.engine
         cancel = CancelEvent()
         context.add_done_callback(lambda _: cancel.set())
         first = await anext(aiter(request_iterator), None)
@@ -163,7 +137,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         reader = asyncio.create_task(read(), name="tts::SynthesizeStream.read")
         try:
-            async for out in self._speak("SynthesizeStream", chunks, context, received,
+            async for out in self._speak("SynthesizeStream", chunks,
                                          lambda: sentence_at[0] if sentence_at else received):
                 yield out
             await reader  # surfaces an input error (too long) after the audio already sent
@@ -176,7 +150,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
             await asyncio.gather(reader, return_exceptions=True)
 
     async def ListVoices(self, request, context):
-        engine = await self._ready(context)
+        engine = self.engine
         voices = [tts_pb2.Voice(name=v, language=_LANGUAGE_OF_PREFIX.get(v[:1], "")) for v in engine.voices()]
         return tts_pb2.ListVoicesResponse(voices=voices, default_voice=engine.default_voice)
 

@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from prometheus_client import Gauge
 
-from services.common import config, grpc_server, logs, metrics
+from services.common import config, grpc_server, logs
 from services.vad.engine import SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
 from services.vad.loading import default_settings, load_model
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
-_METHOD = "VadService/StreamAudio"
-# A chunk needing at most this many windows (~0.2 ms each) runs on the event loop: the hop to
-# the inference thread costs ~60 us of CPU per message (measured: 1.37 -> 1.06 % of a core per
-# 20 ms-chunk stream when run inline). Longer chunks go to the inference thread, so a 1 s chunk
-# (31 windows, ~6 ms) never stalls the other streams.
+# A chunk needing at most this many windows runs on the event loop: for a short chunk the hop to the
+# inference thread costs more CPU than the windows themselves (see docs/performance.md). Longer chunks go
+# to the inference thread, so a 1 s chunk never stalls the other streams.
 _INLINE_WINDOWS = 2
 ACTIVE_STREAMS = Gauge("sotto_vad_active_streams", "Audio streams being endpointed now.")
 
@@ -71,7 +68,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
 
     def __init__(self, defaults: VadSettings, max_streams: int, executor: ThreadPoolExecutor,
                  model: SileroVad | None = None):
-        self.model = model  # set by the service's load step; None while loading
+        self.model = model  # set by the service's load step; no call reaches the servicer before
         self.defaults = defaults
         self.max_streams = max_streams
         self.active_streams = 0
@@ -80,13 +77,10 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
     async def StreamAudio(
         self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[vad_pb2.VadEvent]:
-        grpc_server.rpc_context_ids(context)
-        began, code = time.monotonic(), grpc.StatusCode.OK
-        if self.model is None:
-            await _refuse(context, grpc.StatusCode.UNAVAILABLE, "the VAD model is still loading; retry shortly")
         if self.active_streams >= self.max_streams:
-            await _refuse(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"busy: {self.max_streams} audio streams already open (SOTTO_VAD_MAX_STREAMS)")
+            details = f"busy: {self.max_streams} audio streams already open (SOTTO_VAD_MAX_STREAMS)"
+            _LOGGER.info("stream_refused", extra={"reason": details})
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, details)
         self.active_streams += 1
         ACTIVE_STREAMS.inc()
         stream: VadStream | None = None
@@ -117,20 +111,14 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
             for event in stream.flush():
                 yield event_to_proto(event)
         except (InvalidStream, ValueError) as exc:
-            code = grpc.StatusCode.INVALID_ARGUMENT
             _LOGGER.info("stream_rejected", extra={"reason": str(exc)})
-            await context.abort(code, str(exc))
-        except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
-            raise
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
             self.active_streams -= 1
             ACTIVE_STREAMS.dec()
             if stream is not None:
                 # Queued behind any window still running on the inference thread, never racing it.
                 self._executor.submit(stream.close)
-            metrics.RPC_TOTAL.labels(_METHOD, code.name).inc()
-            metrics.RPC_SECONDS.labels(_METHOD).observe(time.monotonic() - began)
 
     def _open(self, sample_rate: int, settings: VadSettings, emit_probabilities: bool) -> VadStream:
         assert self.model is not None
@@ -138,12 +126,6 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-
-
-async def _refuse(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
-    metrics.RPC_TOTAL.labels(_METHOD, code.name).inc()
-    _LOGGER.info("stream_refused", extra={"code": code.name, "reason": details})
-    await context.abort(code, details)
 
 
 async def _read_settings(requests: AsyncIterator[vad_pb2.VadRequest], defaults: VadSettings

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from services.llm.engine import (
     Sampling,
     TextDelta,
 )
+from services.llm import generation as generation_module
 from services.llm.errors import EngineError
 from tests.llm.conftest import TINY_MM, image_bytes, wav_seconds
 
@@ -148,7 +148,7 @@ def endless(tiny_engine) -> str:
     pytest.fail("no prompt runs to the token limit among 100")
 
 
-def test_cancel_mid_decode_stops_fast_and_session_recovers(tiny_engine, endless):
+def test_cancel_mid_decode_stops_the_decode_and_the_session_recovers(tiny_engine, endless):
     generation = tiny_engine.generate(
         GenerateRequest(text=endless, sampling=Sampling.greedy(1500), session_id="cancel-me")
     )
@@ -157,13 +157,11 @@ def test_cancel_mid_decode_stops_fast_and_session_recovers(tiny_engine, endless)
         if isinstance(event, TextDelta):
             deltas += 1
             if deltas == 5:
-                cancelled_at = time.monotonic()
                 generation.cancel()
         else:
             done = event
-    latency = time.monotonic() - cancelled_at
     assert done.finish_reason is FinishReason.CANCELLED
-    assert latency < 0.1, f"cancel took {latency * 1000:.1f} ms"
+    assert deltas == 5  # nothing decoded after the cancel reaches the caller
     assert done.decode_tokens < 1500
 
     history = (Turn("user", endless), Turn("assistant", done.text))
@@ -178,24 +176,38 @@ def test_cancel_from_another_thread_while_queued(tiny_engine, endless):
     first = next(iter(busy))  # holds the engine
     assert isinstance(first, TextDelta)
     queued = tiny_engine.generate(GenerateRequest(text="Waiting.", sampling=GREEDY))
-    threading.Timer(0.05, queued.cancel).start()
-    started = time.monotonic()
-    (done,) = list(queued)
+    events: list = []
+    waiter = threading.Thread(target=lambda: events.extend(queued))  # waits for the engine `busy` holds
+    waiter.start()
+    queued.cancel()
+    waiter.join(30)
+    assert not waiter.is_alive(), "the queued generation did not end on its cancel"
+    (done,) = events
     assert done.finish_reason is FinishReason.CANCELLED and done.text == ""
-    assert time.monotonic() - started < 0.5
     busy.cancel()
     *_, busy_done = busy
     assert busy_done.finish_reason is FinishReason.CANCELLED
 
 
-def test_abandoned_stream_stops_the_engine(tiny_engine, endless):
+def test_abandoned_stream_stops_the_engine(tiny_engine, endless, monkeypatch):
+    drained: list[int] = []
+
+    def counting_drain(stream) -> None:  # what the native decode still sent after the consumer left
+        count = 0
+        try:
+            for _ in stream:
+                count += 1
+        except RuntimeError:
+            pass
+        drained.append(count)
+
+    monkeypatch.setattr(generation_module, "_drain", counting_drain)
     generation = tiny_engine.generate(GenerateRequest(text=endless, sampling=Sampling.greedy(1900)))
     next(iter(generation))
-    started = time.monotonic()
     generation._events.close()  # the consumer walks away (e.g. the gRPC call was cancelled)
+    assert len(drained) == 1 and drained[0] < 1800  # the decode stopped: not the other 1899 tokens
     _, done = run(tiny_engine, text="Next.", sampling=GREEDY)
     assert done.decode_tokens > 0  # the engine is free again
-    assert time.monotonic() - started < 0.3  # it did not decode the other 1899 tokens first
 
 
 def test_time_limit_ends_as_degraded_with_partial_text(tmp_path, endless):
@@ -204,7 +216,7 @@ def test_time_limit_ends_as_degraded_with_partial_text(tmp_path, endless):
         deltas, done = run(engine, text=endless, sampling=Sampling.greedy(1900))
         assert done.finish_reason is FinishReason.DEGRADED
         assert done.text and done.text == "".join(d.text for d in deltas)
-        assert 0.25 <= done.total_s < 1.0
+        assert done.total_s >= 0.25
     finally:
         engine.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import wave
 
@@ -12,6 +13,8 @@ from services.llm.engine import GenerateRequest, Sampling
 from services.llm.conversations import Turn
 from services.llm.errors import InvalidInput
 from tests.llm.conftest import image_bytes
+
+GREEDY = Sampling.greedy(4)
 
 
 def wav(seconds=1.0, rate=16000, channels=1, width=2) -> bytes:
@@ -86,13 +89,13 @@ def test_image_byte_limit_is_configurable():
 
 def test_engine_refuses_bad_requests_before_running(tiny_engine):
     bad = [
-        (GenerateRequest(), "the request is empty"),
-        (GenerateRequest(text="hi", audio=(wav(channels=2),)), "must be mono"),
-        (GenerateRequest(text="hi", images=(b"GIF89a",)), "must be JPEG or PNG"),
-        (GenerateRequest(text="hi", images=(image_bytes(),) * 5), "5 images sent; the limit is 4"),
-        (GenerateRequest(text="hi", history=(Turn("tool", "x"),)), "history role 'tool'"),
-        (GenerateRequest(text="hi", sampling=Sampling(max_new_tokens=0)), "max_new_tokens must be at least 1"),
-        (GenerateRequest(text="hi", sampling=Sampling(top_p=1.5)), "bad sampling"),
+        (GenerateRequest(sampling=GREEDY), "the request is empty"),
+        (GenerateRequest(text="hi", audio=(wav(channels=2),), sampling=GREEDY), "must be mono"),
+        (GenerateRequest(text="hi", images=(b"GIF89a",), sampling=GREEDY), "must be JPEG or PNG"),
+        (GenerateRequest(text="hi", images=(image_bytes(),) * 5, sampling=GREEDY), "5 images sent; the limit is 4"),
+        (GenerateRequest(text="hi", history=(Turn("tool", "x"),), sampling=GREEDY), "history role 'tool'"),
+        (GenerateRequest(text="hi", sampling=Sampling.greedy(0)), "max_new_tokens must be at least 1"),
+        (GenerateRequest(text="hi", sampling=dataclasses.replace(GREEDY, top_p=1.5)), "bad sampling"),
     ]
     for request, message in bad:
         with pytest.raises(InvalidInput, match=message):
@@ -102,8 +105,8 @@ def test_engine_refuses_bad_requests_before_running(tiny_engine):
 def test_media_to_a_text_only_model_is_refused_by_name(tiny_text_engine):
     assert not tiny_text_engine.info.audio and not tiny_text_engine.info.vision
     with pytest.raises(InvalidInput, match="does not accept audio"):
-        tiny_text_engine.generate(GenerateRequest(text="hi", audio=(wav(),)))
+        tiny_text_engine.generate(GenerateRequest(text="hi", audio=(wav(),), sampling=GREEDY))
     with pytest.raises(InvalidInput, match="does not accept images"):
-        tiny_text_engine.generate(GenerateRequest(text="hi", images=(image_bytes(),)))
-    *_, done = tiny_text_engine.generate(GenerateRequest(text="hi", sampling=Sampling.greedy(4)))
+        tiny_text_engine.generate(GenerateRequest(text="hi", images=(image_bytes(),), sampling=GREEDY))
+    *_, done = tiny_text_engine.generate(GenerateRequest(text="hi", sampling=GREEDY))
     assert done.decode_tokens > 0  # text still works

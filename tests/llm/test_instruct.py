@@ -74,7 +74,7 @@ def test_answers_simple_factual_questions(instruct_engine):
 
 
 # Without a system prompt this 135M model's greedy answer to the first question can ramble on in French to the
-# length limit (seen with one export of it), and only replies that stop are kept for reuse.
+# length limit, and only replies that stop are kept for reuse.
 BRIEF = "You are a helpful assistant. Answer in one short sentence."
 
 

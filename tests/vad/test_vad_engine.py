@@ -61,7 +61,7 @@ def test_every_utterance_found_within_100ms(model, utterances_16k, noise_dbfs, s
 
 def test_loud_noise_still_finds_every_turn(model, utterances_16k):
     """At about 15 dB SNR every turn is still found once; Silero's probability decays more
-    slowly after speech in noise, so ends come up to ~200 ms late (measured 172 ms)."""
+    slowly after speech in noise, so ends come up to ~200 ms late."""
     scene = compose(utterances_16k, GAPS_S, 16000, noise_dbfs=-35)
     found = segments_ms(run(model, scene.audio, settings=UNPADDED))
     assert_matches_truth(found, scene, TOLERANCE_MS, 250)
