@@ -58,7 +58,8 @@ async def refresh_model_info(app: web.Application, service: str, status: str) ->
         if service == "llm":
             info = await llm_pb2_grpc.LlmServiceStub(deps.channels["llm"]).GetModelInfo(
                 llm_pb2.GetModelInfoRequest(), timeout=INFO_TIMEOUT_S)
-            model["llm"] = {"name": info.model, "backend": info.backend, "audio_input": info.audio_input,
+            model["llm"] = {"name": info.model, "backend": info.backend, "backend_reason": info.backend_reason,
+                            "audio_input": info.audio_input,
                             "image_input": info.image_input, "fallback": info.fallback, "note": info.note}
         elif service == "tts":
             voices = await tts_pb2_grpc.TtsServiceStub(deps.channels["tts"]).ListVoices(

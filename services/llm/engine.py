@@ -14,14 +14,12 @@ from __future__ import annotations
 import dataclasses
 import io
 import logging
-import platform
-import sys
 import threading
 import time
 import wave
 from pathlib import Path
 
-from services.llm import media
+from services.llm import gpu, media
 from services.llm.conversations import ConversationCache, close_quietly
 from services.llm.errors import EngineError, InvalidInput
 from services.llm.generation import (
@@ -37,7 +35,7 @@ from services.llm.memory import DEFAULT_KV_BYTES_PER_TOKEN, MemoryPlan, plan_mem
 from services.llm.native_log import stderr_tap
 
 __all__ = ["DEFAULT_CACHE_DIR", "EngineConfig", "Event", "FinishReason", "Finished", "GenerateRequest", "Generation",
-           "LlmEngine", "ModelInfo", "Sampling", "TextDelta", "default_backend"]
+           "LlmEngine", "ModelInfo", "Sampling", "TextDelta", "choose_backend"]
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -59,6 +57,7 @@ class ModelInfo:
     backend: str
     vision_backend: str | None
     audio_backend: str | None
+    backend_reason: str  # why this backend: the GPU's name, or what kept the GPU out
     context_tokens: int
     memory: MemoryPlan
 
@@ -82,9 +81,25 @@ class EngineConfig:
     model_name: str | None = None  # default: the file name without extension
 
 
-def default_backend() -> str:
-    """GPU (WebGPU on Metal) on Apple Silicon, CPU (XNNPACK) elsewhere."""
-    return "gpu" if sys.platform == "darwin" and platform.machine() == "arm64" else "cpu"
+@dataclasses.dataclass(frozen=True)
+class BackendChoice:
+    backend: str  # cpu | gpu
+    reason: str
+    probe: gpu.GpuProbe
+
+
+def choose_backend(wanted: str) -> BackendChoice:
+    """`auto`: the GPU where the probe finds one (Metal on Apple Silicon, Vulkan on Linux), else the CPU (XNNPACK)."""
+    if wanted == "cpu":
+        return BackendChoice("cpu", "SOTTO_LLM_BACKEND=cpu", gpu.GpuProbe(False))
+    if wanted not in ("auto", "gpu"):
+        raise ValueError(f"unknown backend {wanted!r}: use auto, cpu or gpu")
+    found = gpu.probe()
+    if found.usable:
+        return BackendChoice("gpu", found.device, found)
+    if wanted == "gpu":
+        return BackendChoice("gpu", found.reason, found)
+    return BackendChoice("cpu", f"no GPU: {found.reason}", found)
 
 
 class LlmEngine:
@@ -118,21 +133,11 @@ class LlmEngine:
         )
         if plan.lowered:
             _LOGGER.warning("context lowered from %d to %d tokens to fit: %s", wanted, plan.context_tokens, plan.describe())
-        backend = default_backend() if config.backend == "auto" else config.backend
-        vision_backend = (default_backend() if config.vision_backend == "auto" else config.vision_backend) if modalities.vision else None
         audio_backend = config.audio_backend if modalities.audio else None
         Path(config.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        try:
-            self._engine = self._create(path, plan, backend, vision_backend, audio_backend)
-        except EngineError as exc:
-            if config.backend != "auto" or backend == "cpu":
-                raise
-            # "auto" picked the GPU and it failed (no WebGPU device, driver...): serve on the CPU.
-            _LOGGER.warning("GPU backend failed, falling back to CPU: %s", exc)
-            backend = "cpu"
-            vision_backend = "cpu" if vision_backend else None
-            self._engine = self._create(path, plan, backend, vision_backend, audio_backend)
+        self._engine, backend, vision_backend, backend_reason = self._create_on_best_backend(
+            path, plan, modalities.vision, audio_backend)
         self.load_seconds = time.monotonic() - started
         self.info = ModelInfo(
             name=config.model_name or path.name.removesuffix(".litertlm"),
@@ -142,12 +147,39 @@ class LlmEngine:
             backend=backend,
             vision_backend=vision_backend,
             audio_backend=audio_backend,
+            backend_reason=backend_reason,
             context_tokens=plan.context_tokens,
             memory=plan,
         )
         self.lock = threading.Lock()  # held by the running Generation
         self.sessions = ConversationCache(config.max_sessions, close=close_quietly)  # used under `lock`
         _LOGGER.info("loaded %s in %.2f s: %s", self.info.name, self.load_seconds, self.info)
+
+    def _create_on_best_backend(self, path: Path, plan: MemoryPlan, vision: bool, audio_backend: str | None
+                                ) -> tuple[object, str, str | None, str]:
+        """The engine on the backend asked for; `auto` tries the GPU where one is usable and falls back to the CPU,
+        saying why in one log line. An explicit `gpu` that cannot start is an error naming the missing piece."""
+        config = self.config
+        choice = choose_backend(config.backend)
+        if choice.backend == "gpu" and not choice.probe.usable:
+            raise EngineError("SOTTO_LLM_BACKEND=gpu, but no usable GPU", choice.probe.reason)
+
+        def vision_on(main: str) -> str | None:
+            if not vision:
+                return None
+            return main if config.vision_backend == "auto" else config.vision_backend
+
+        backend, reason = choice.backend, choice.reason
+        try:
+            engine = self._create(path, plan, backend, vision_on(backend), audio_backend)
+        except EngineError as exc:
+            if config.backend != "auto" or backend == "cpu":
+                raise
+            backend, reason = "cpu", f"the GPU ({choice.probe.device}) failed to load the model: {exc}"
+            engine = self._create(path, plan, backend, vision_on(backend), audio_backend)
+        log = _LOGGER.warning if config.backend == "auto" and backend == "cpu" and choice.probe.reason else _LOGGER.info
+        log("llm backend: %s (%s)", backend, reason)
+        return engine, backend, vision_on(backend), reason
 
     def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None, audio_backend: str | None):
         config = self.config

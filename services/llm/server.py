@@ -84,6 +84,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         return llm_pb2.ModelInfo(
             model=info.name,
             backend=info.backend,
+            backend_reason=info.backend_reason,
             audio_input=info.audio,
             image_input=info.vision,
             context_tokens=info.context_tokens,
@@ -219,7 +220,8 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
             await asyncio.to_thread(smaller.warmup)
         servicer.models = Models(engine, fallback=fallback, note=note, smaller=smaller)
         info = engine.info
-        return {"model": info.name, "backend": info.backend, "audio": str(info.audio), "vision": str(info.vision),
+        return {"model": info.name, "backend": info.backend, "backend_reason": info.backend_reason,
+                "audio": str(info.audio), "vision": str(info.vision),
                 "context_tokens": str(info.context_tokens), "fallback": str(fallback),
                 "warmup_ms": str(round(warm.total_s * 1000))}
 

@@ -114,7 +114,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model", "backend", "audio_input", "image_input", "context_tokens", "fallback", "note")
+    __slots__ = ("model", "backend", "audio_input", "image_input", "context_tokens", "fallback", "note", "backend_reason")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     AUDIO_INPUT_FIELD_NUMBER: _ClassVar[int]
@@ -122,6 +122,7 @@ class ModelInfo(_message.Message):
     CONTEXT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FALLBACK_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_REASON_FIELD_NUMBER: _ClassVar[int]
     model: str
     backend: str
     audio_input: bool
@@ -129,4 +130,5 @@ class ModelInfo(_message.Message):
     context_tokens: int
     fallback: bool
     note: str
-    def __init__(self, model: _Optional[str] = ..., backend: _Optional[str] = ..., audio_input: _Optional[bool] = ..., image_input: _Optional[bool] = ..., context_tokens: _Optional[int] = ..., fallback: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+    backend_reason: str
+    def __init__(self, model: _Optional[str] = ..., backend: _Optional[str] = ..., audio_input: _Optional[bool] = ..., image_input: _Optional[bool] = ..., context_tokens: _Optional[int] = ..., fallback: _Optional[bool] = ..., note: _Optional[str] = ..., backend_reason: _Optional[str] = ...) -> None: ...

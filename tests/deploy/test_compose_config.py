@@ -107,3 +107,21 @@ def test_dockerignore_admits_only_the_wheelhouse_and_dockerfile() -> None:
              if ln.strip() and not ln.startswith("#")]
     assert lines[0] == "*"
     assert sorted(lines[1:]) == ["!build/wheelhouse/", "!deploy/docker/"]
+
+
+def test_gpu_override_gives_the_llm_an_nvidia_gpu_and_the_vulkan_icd(no_overrides: None) -> None:
+    """`tools.compose up --gpu`: the llm asks the NVIDIA runtime for a GPU with the graphics capability (which mounts
+    the driver's Vulkan ICD) and insists on the GPU backend; nothing else changes."""
+    pytest.importorskip("python_on_whales", reason="python-on-whales is not installed (the deploy test deps)")
+    from tools.compose import engine
+
+    docker = engine.compose_cli_client(gpu=True)
+    if docker is None:
+        pytest.skip("no compose v2 CLI to render the override with")
+    rendered = docker.compose.config(return_json=True)
+    llm = rendered["services"]["llm"]
+    devices = llm["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}]
+    assert "graphics" in llm["environment"]["NVIDIA_DRIVER_CAPABILITIES"].split(",")
+    assert llm["environment"]["SOTTO_LLM_BACKEND"] == "gpu"
+    invariants.check_default_profile(invariants.from_compose_json(rendered))

@@ -11,23 +11,30 @@ tools/models/requirements-llm.txt) with
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import pytest
 
 from services.common.audio import wav_bytes
+from services.llm import gpu
 from tools.speech import speak
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 TINY_MM = FIXTURES / "tiny-gemma4-mm.litertlm"
 TINY_TEXT = FIXTURES / "tiny-gemma4-text.litertlm"
+# SOTTO_LLM_BACKEND=gpu runs these tests on a GPU machine (docs/gpu.md); CI has none, so `auto` means the CPU there.
+BACKEND = os.environ.get("SOTTO_LLM_BACKEND", "auto")
+LIVE_GPU = gpu.probe().usable
+EXPECTED_BACKEND = "gpu" if BACKEND != "cpu" and LIVE_GPU else "cpu"
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(tmp_path_factory):
     from services.llm.engine import EngineConfig, LlmEngine
 
-    engine = LlmEngine(EngineConfig(model_path=str(TINY_MM), cache_dir=str(tmp_path_factory.mktemp("litert-cache"))))
+    engine = LlmEngine(EngineConfig(model_path=str(TINY_MM), backend=BACKEND,
+                                    cache_dir=str(tmp_path_factory.mktemp("litert-cache"))))
     engine.warmup()
     yield engine
     engine.close()
@@ -37,7 +44,8 @@ def tiny_engine(tmp_path_factory):
 def tiny_text_engine(tmp_path_factory):
     from services.llm.engine import EngineConfig, LlmEngine
 
-    engine = LlmEngine(EngineConfig(model_path=str(TINY_TEXT), cache_dir=str(tmp_path_factory.mktemp("litert-cache"))))
+    engine = LlmEngine(EngineConfig(model_path=str(TINY_TEXT), backend=BACKEND,
+                                    cache_dir=str(tmp_path_factory.mktemp("litert-cache"))))
     yield engine
     engine.close()
 

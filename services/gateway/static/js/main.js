@@ -178,7 +178,9 @@ const handlers = {
     }
     for (const [service, status] of Object.entries(m.health ?? {})) ui.showHealth(service, status);
     const model = m.model ?? {};
-    ui.showConnection(`Connected — model ${model.name ?? "?"}${model.fallback ? " (fallback)" : ""}`);
+    const backend = model.backend ? ` on ${model.backend}` : "";
+    ui.showConnection(`Connected — model ${model.name ?? "?"}${backend}${model.fallback ? " (fallback)" : ""}`,
+                      model.backend_reason ?? "");
     if (model.note) ui.showAlert(model.note, "busy");
     if (m.sample_rate_in && m.sample_rate_in !== SAMPLE_RATE_IN) {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);

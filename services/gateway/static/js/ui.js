@@ -33,8 +33,10 @@ export function showHearing(hearing) {
   $("hearing").hidden = !hearing;
 }
 
-export function showConnection(text) {
-  $("connection").textContent = text;
+export function showConnection(text, detail = "") {
+  const element = $("connection");
+  element.textContent = text;
+  element.title = detail;  // e.g. which GPU the model runs on, or why it runs on the CPU
 }
 
 export function showCameraStatus(text) {
