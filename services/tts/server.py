@@ -19,24 +19,17 @@ import grpc
 from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs, metrics
-from services.tts import core_wait
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.loading import load_engine
 from services.tts.text import Sentence
+from services.tts.voices import language_of
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 _END = object()
-_LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it",
-                       "j": "ja", "p": "pt-br", "z": "zh"}
 
 FIRST_CHUNK_SECONDS = Histogram(
     "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
-    ["method"], buckets=metrics.LATENCY_BUCKETS)
-FIRST_CHUNK_QUEUED_SECONDS = Histogram(
-    "sotto_tts_first_chunk_queued_seconds", "Time the engine's threads (the calling thread and ONNX Runtime's "
-    "pool) were ready to run but waited for a core while the first audio chunk was made, summed over the "
-    "threads: the part of sotto_tts_first_chunk_seconds that other work on the machine took. Linux only.",
     ["method"], buckets=metrics.LATENCY_BUCKETS)
 ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
 AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
@@ -75,13 +68,9 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
         code = grpc.StatusCode.OK
         ACTIVE_STREAMS.inc()
         try:
-            # The first chunk's waits for a core are read; the later chunks' would go unused.
-            chunk, queued = await self._call(core_wait.queued_during, self.engine.pool_threads,
-                                             lambda: next(chunks, None))
+            chunk = await self._call(next, chunks, None)
             if chunk is not None:
                 FIRST_CHUNK_SECONDS.labels(method).observe(time.perf_counter() - text_at())
-                if queued is not None:
-                    FIRST_CHUNK_QUEUED_SECONDS.labels(method).observe(queued)
             while chunk is not None:
                 AUDIO_SECONDS.inc(chunk.samples / self.engine.sample_rate)
                 yield _audio_out(chunk, self.engine.sample_rate)
@@ -177,7 +166,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
 
     async def ListVoices(self, request, context):
         engine = await self._ready(context)
-        voices = [tts_pb2.Voice(name=v, language=_LANGUAGE_OF_PREFIX.get(v[:1], "")) for v in engine.voices()]
+        voices = [tts_pb2.Voice(name=v, language=language_of(v, "")) for v in engine.voices()]
         return tts_pb2.ListVoicesResponse(voices=voices, default_voice=engine.default_voice)
 
 
