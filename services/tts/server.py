@@ -22,12 +22,11 @@ from services.common import config, grpc_server, logs, metrics
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.loading import load_engine
 from services.tts.text import Sentence
+from services.tts.voices import language_of
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 _END = object()
-_LANGUAGE_OF_PREFIX = {"a": "en-us", "b": "en-gb", "e": "es", "f": "fr-fr", "h": "hi", "i": "it",
-                       "j": "ja", "p": "pt-br", "z": "zh"}
 
 FIRST_CHUNK_SECONDS = Histogram(
     "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
@@ -151,7 +150,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
 
     async def ListVoices(self, request, context):
         engine = self.engine
-        voices = [tts_pb2.Voice(name=v, language=_LANGUAGE_OF_PREFIX.get(v[:1], "")) for v in engine.voices()]
+        voices = [tts_pb2.Voice(name=v, language=language_of(v, "")) for v in engine.voices()]
         return tts_pb2.ListVoicesResponse(voices=voices, default_voice=engine.default_voice)
 
 

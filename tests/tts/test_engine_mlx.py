@@ -1,11 +1,12 @@
-"""The MLX engine (mlx[cpu] here) on the kit's converted float weights. Slow: MLX's CPU backend
-runs Kokoro at an RTF of about 20-40, so the texts are short."""
+"""The MLX engine (mlx[cpu] here) on the kit's converted float weights. Slow: MLX's CPU backend runs Kokoro
+many times slower than real time, so the texts are short."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.tts.engine import CHUNK_SAMPLES, SAMPLE_RATE
+from services.tts.engine import SAMPLE_RATE
+from services.tts.kokoro_base import CHUNK_SAMPLES
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +18,7 @@ VOICE = "jf_alpha"
 def mlx_engine(kit):
     pytest.importorskip("mlx.core")
     pytest.importorskip("kokoro_mlx")
-    from services.tts.engine import KokoroMlx
+    from services.tts.kokoro_mlx import KokoroMlx
 
     return KokoroMlx(kit / "mlx", memory_fraction=0.5)
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import audio, config
-from services.tts.engine import CHUNK_SAMPLES
+from services.tts.kokoro_base import CHUNK_SAMPLES
 from services.tts.loading import load_engine
 from services.tts.server import TtsServicer
 from sotto.v1 import tts_pb2, tts_pb2_grpc
@@ -46,11 +47,44 @@ async def tts(onnx_engine):
     executor.shutdown(wait=True)
 
 
-async def engine_free_after(executor: ThreadPoolExecutor) -> float:
-    """Seconds until the engine's worker thread can take new work."""
-    started = time.perf_counter()
-    await asyncio.get_running_loop().run_in_executor(executor, lambda: None)
-    return time.perf_counter() - started
+class Synthesis:
+    """What the engine did for the one call a test makes: the chunks it made, and events for its first step and
+    for its end (closed by the service, or stopped by the call's cancel)."""
+
+    def __init__(self) -> None:
+        self.chunks: list = []
+        self.stepping = threading.Event()
+        self.ended = threading.Event()
+
+    def watch(self, synthesize_sentences):
+        def watched(*args, **kwargs):
+            return self._steps(synthesize_sentences(*args, **kwargs))  # bad input still raises at the call
+
+        return watched
+
+    def _steps(self, chunks):
+        self.stepping.set()
+        try:
+            for chunk in chunks:
+                self.chunks.append(chunk)
+                yield chunk
+        finally:
+            chunks.close()
+            self.ended.set()
+
+
+@pytest.fixture
+def synthesis(onnx_engine, monkeypatch) -> Synthesis:
+    """The session's engine, watched for one test (`synthesize` speaks through `synthesize_sentences`)."""
+    watched = Synthesis()
+    monkeypatch.setattr(onnx_engine, "synthesize_sentences", watched.watch(onnx_engine.synthesize_sentences))
+    return watched
+
+
+async def ended_and_engine_free(synthesis: Synthesis, executor: ThreadPoolExecutor) -> None:
+    """Once the synthesis has ended, the engine's worker thread takes new work (a hang here fails the test)."""
+    await eventually(synthesis.ended.is_set, 60, "the synthesis to end")
+    await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(executor, lambda: None), 60)
 
 
 async def test_synthesize_streams_chunks_with_spans(tts):
@@ -116,23 +150,27 @@ async def test_stream_over_the_length_limit_is_invalid_argument(tts):
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-async def test_cancel_after_first_chunk_frees_the_engine(tts):
+async def test_cancel_after_first_chunk_stops_the_synthesis(tts, synthesis):
     stub, executor = tts
     call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=LONG, config=VOICE), timeout=120)
     await call.read()
     call.cancel()
-    assert await engine_free_after(executor) < 0.5
+    await ended_and_engine_free(synthesis, executor)
+    last = synthesis.chunks[-1]
+    assert not (last.last_in_sentence and last.text_end == len(LONG)), "the whole text was synthesised"
 
 
-async def test_cancel_during_a_model_run_frees_the_engine(tts):
+async def test_cancel_during_a_model_run_aborts_it(tts, synthesis, onnx_runs, onnx_engine, monkeypatch):
     stub, executor = tts
+    monkeypatch.setattr(onnx_engine, "first_max_chars", 0)  # a whole sentence in the first run, not a clause
     call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=LONG, config=VOICE), timeout=120)
-    await asyncio.sleep(0.3)  # the first clause is being synthesised
+    await eventually(onnx_runs.started.is_set, 60, "the first model run")
     call.cancel()
-    assert await engine_free_after(executor) < 0.5
+    await ended_and_engine_free(synthesis, executor)
+    assert synthesis.chunks == [] and onnx_runs.outcomes == ["aborted"]
 
 
-async def test_stream_cancel_while_waiting_for_text_frees_the_engine(tts):
+async def test_stream_cancel_while_waiting_for_text_frees_the_engine(tts, synthesis):
     stub, executor = tts
     hold = asyncio.Event()
 
@@ -142,9 +180,10 @@ async def test_stream_cancel_while_waiting_for_text_frees_the_engine(tts):
         await hold.wait()
 
     call = stub.SynthesizeStream(requests(), timeout=120)
-    await asyncio.sleep(0.3)
+    await eventually(synthesis.stepping.is_set, 60, "the engine to wait for a sentence")
     call.cancel()
-    assert await engine_free_after(executor) < 0.5
+    await ended_and_engine_free(synthesis, executor)
+    assert synthesis.chunks == []
     hold.set()
 
 
