@@ -139,9 +139,10 @@ class LlmConfig:
     model: Path | None = setting("SOTTO_LLM_MODEL", None, "Explicit .litertlm file (wins over cache and download).")
     hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm", "Hub repo of the default model.")
     hf_file: str = setting("SOTTO_LLM_HF_FILE", "gemma-4-E2B-it.litertlm", "File of the default model in that repo.")
-    backend: str = setting("SOTTO_LLM_BACKEND", "auto", "Main backend (auto: gpu on macOS arm64, else cpu).",
+    backend: str = setting("SOTTO_LLM_BACKEND", "auto", "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan "
+                           "device on Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
                            choices=("auto", "cpu", "gpu"))
-    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend.",
+    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend (auto: the main backend's).",
                                   choices=("auto", "cpu", "gpu"))
     audio_backend: str = setting("SOTTO_LLM_AUDIO_BACKEND", "cpu", "Audio encoder backend (CPU-only by design).",
                                  choices=("cpu",))
