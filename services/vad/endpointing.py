@@ -55,7 +55,7 @@ class VadSettings:
         _check_range("speech_pad_ms", self.speech_pad_ms, 0, min(500, self.min_silence_ms // 2))
         _check_range("turn_silence_ms", self.turn_silence_ms, 2 * self.speech_pad_ms, 5000)
         _check_range("max_turn_silence_ms", self.max_turn_silence_ms, self.turn_silence_ms, 10000)
-        _check_range("barge_in_threshold", self.barge_in_threshold, self.threshold, 0.99)
+        _check_range("barge_in_threshold", self.barge_in_threshold, self.threshold, 1.0)
         _check_range("barge_in_min_speech_ms", self.barge_in_min_speech_ms, 0, 5000)
 
     @property
