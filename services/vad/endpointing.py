@@ -30,8 +30,9 @@ class VadSettings:
     semantic: let a turn model decide (streams given one); False: silence alone.
     turn_silence_ms: silence after which the turn model judges the utterance.
     max_turn_silence_ms: silence after which an utterance judged incomplete ends anyway.
-    barge_in_threshold / barge_in_min_speech_ms: while an answer plays, a new turn needs windows at
-        or above this probability for this long (dips below ``barge_in_threshold - 0.15`` restart it).
+    barge_in_threshold / barge_in_min_speech_ms: while an answer plays, a new turn needs this long
+        of windows at or above this probability within one onset (short words and the gaps between
+        them add up; an onset that dies starts the count again).
     """
 
     threshold: float = 0.5
@@ -147,7 +148,6 @@ class Endpointer:
         self._turn_silence = round(settings.turn_silence_ms * per_ms)
         self._max_turn_silence = round(settings.max_turn_silence_ms * per_ms)
         self._gate_threshold = settings.barge_in_threshold
-        self._gate_stop = max(settings.barge_in_threshold - 0.15, settings.stop_threshold)
         self._gate_speech = round(settings.barge_in_min_speech_ms * per_ms)
         self._pad = round(settings.speech_pad_ms * per_ms)
         self._window = window
@@ -169,7 +169,7 @@ class Endpointer:
         self.silence_waited = 0  # samples of silence before the last end was decided
 
     def _clear_gate(self) -> None:
-        self._gate_run = 0  # samples at or above the barge-in threshold in the current run
+        self._gate_run = 0  # samples at or above the barge-in threshold in the current onset
         self._gate_onset = 0
         self._would_start = False  # the onset passed the ungated test
 
@@ -225,13 +225,15 @@ class Endpointer:
                 self._to_silence()
             return None
 
-        if self._quiet_since is None:
+        if self._fading_since is None:
             return None
         if not self.semantic:
             return self._end(EndReason.SILENCE, end) if quiet >= self._min_silence else None
         if quiet >= self._max_turn_silence:
             return self._end(EndReason.TIMEOUT, end)
-        if quiet >= self._turn_silence and not (self.verdict_pending or self.held):
+        # The verdict counts its short silence from the first window below the speech threshold: Silero's
+        # probability fades for a while after the last word, and the model, not the hysteresis, judges the pause.
+        if end - self._fading_since >= self._turn_silence and not (self.verdict_pending or self.held):
             self.verdict_pending = True
             return Edge.VERDICT_DUE, end
         return None
@@ -240,8 +242,6 @@ class Endpointer:
         if prob >= self._gate_threshold:
             self._gate_onset = start if self._gate_run == 0 else self._gate_onset
             self._gate_run += self._window
-        elif prob < self._gate_stop:
-            self._gate_run = 0
         self._would_start = self._would_start or self._voiced >= self._min_speech
         if self._gate_run >= max(self._gate_speech, self._window):
             self.phase = _Phase.SPEECH
