@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
 
-.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval-turns up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -41,13 +41,17 @@ $(KIT_VENV)/.installed: tools/models/requirements-llm.txt
 	$(KIT_PY) -m pip install -q -r tools/models/requirements-llm.txt
 	touch $@
 
-models-offline: install $(KIT_VENV)/.installed
+# The smart-turn end-of-turn model, taken from the pipecat-ai wheel (BSD-2-Clause) without installing it.
+turn-model: install
+	$(PY) -m tools.models.smart_turn
+
+models-offline: install $(KIT_VENV)/.installed turn-model
 	$(PY) -m tools.models.kokoro_kit --out $(SOTTO_MODEL_DIR)/kokoro-kit
 	$(KIT_PY) -m tools.models.llm_kit --out $(SOTTO_MODEL_DIR)/offline --which instruct
 
 # Before `up`: the default models from the hub (cached after the first run, with a progress bar); where no hub
 # is reachable, the offline kit instead.
-prepare: install web-assets
+prepare: install web-assets turn-model
 	$(PY) -m tools.models.prepare || $(MAKE) models-offline
 
 proto: install
@@ -75,6 +79,10 @@ soak: install system-deps web-assets models-offline
 
 bench: install system-deps web-assets models-offline
 	$(PY) -m tools.bench run
+
+# Semantic end of turn against silence alone, on generated speech (bench/results/eval_turns.json).
+eval-turns: install system-deps turn-model
+	$(PY) -m tools.eval.turns
 
 report: install
 	$(PY) -m tools.report

@@ -130,6 +130,24 @@ class VadConfig:
     min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
     speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
     max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
+    semantic_turn: bool = setting("SOTTO_VAD_SEMANTIC_TURN", True,
+                                  "Let the smart-turn model decide the end of a turn (false: silence alone, "
+                                  "SOTTO_VAD_MIN_SILENCE_MS).")
+    turn_model: Path | None = setting("SOTTO_VAD_TURN_MODEL", None,
+                                      "smart-turn ONNX file (default: smart-turn/smart-turn-v3.2-cpu.onnx under "
+                                      "SOTTO_MODEL_DIR, extracted by `make turn-model`).")
+    turn_silence_ms: int = setting("SOTTO_VAD_TURN_SILENCE_MS", 200,
+                                   "Silence after which the turn model judges whether the user has finished.",
+                                   lo=60, hi=5000)
+    max_turn_silence_ms: int = setting("SOTTO_VAD_MAX_TURN_SILENCE_MS", 1500,
+                                       "Silence after which a turn the model holds open ends anyway.",
+                                       lo=100, hi=10000)
+    barge_in_threshold: float = setting("SOTTO_BARGE_IN_THRESHOLD", 0.8,
+                                        "While an answer plays, speech probability a barge-in needs (echo of the "
+                                        "answer stays below it).", lo=0.05, hi=0.99)
+    barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 250,
+                                          "While an answer plays, how long speech must last at that probability "
+                                          "to interrupt it.", lo=0, hi=5000)
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ class SessionStart:
     voice: str = ""
     language: str = ""
     camera: bool = False
+    turn_hold: bool = False  # the client keeps streaming after audio.end when told `turn.hold`
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ def parse_message(text: str, max_bytes: int, max_text_chars: int) -> ClientMessa
             raise ProtocolError("protocol", f"sample_rate {rate} is not accepted; send PCM16 at "
                                             f"{' or '.join(map(str, ACCEPTED_SAMPLE_RATES))} Hz")
         return SessionStart(rate, _field(obj, "client_vad", bool, False), _field(obj, "voice", str, ""),
-                            _field(obj, "language", str, ""), _field(obj, "camera", bool, False))
+                            _field(obj, "language", str, ""), _field(obj, "camera", bool, False),
+                            _field(obj, "turn_hold", bool, False))
     if kind == "text":
         body = _field(obj, "text", str).strip()
         if not body:

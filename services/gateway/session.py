@@ -20,6 +20,7 @@ from aiohttp import web
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.intake import MediaIntake
+from services.gateway.playback import answer_playing
 from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                        SessionStart, TypedText, event, parse_frame, parse_message)
 from services.gateway.rate_limit import RateLimiter
@@ -135,7 +136,7 @@ class Session:
             if self.turn is not None and msg.turn_id in ("", self.turn.inp.turn_id):
                 self.turn.report_playback(msg.played_samples)
         elif isinstance(msg, AudioEnd) and self.vad is not None:
-            self.vad.end_of_speech()
+            self.vad.end_of_speech(ask_verdict=self.start.turn_hold)
         elif isinstance(msg, Ping):
             self.send(event("pong"))
         return True
@@ -193,6 +194,8 @@ class Session:
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
+        elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
+            self.send(event("turn.hold", ts_ms=ev.start_ts_ms, max_silence_ms=self.cfg.vad.max_turn_silence_ms))
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
@@ -221,11 +224,15 @@ class Session:
         self.start = start
         v = self.cfg.vad
         settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
-                                       min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms)
+                                       min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms,
+                                       turn_silence_ms=v.turn_silence_ms, max_turn_silence_ms=v.max_turn_silence_ms,
+                                       silence_only=not v.semantic_turn, barge_in_threshold=v.barge_in_threshold,
+                                       barge_in_min_speech_ms=v.barge_in_min_speech_ms)
         self.vad = VadLink(stub=self.vad_stub, settings=settings, sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.gw.request_timeout_ms / 1000.0, batch_ms=self.gw.vad_batch_ms,
-                           batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance)
+                           batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance,
+                           answer_playing=lambda: answer_playing(self.turn, time.monotonic()))
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
@@ -233,8 +240,12 @@ class Session:
         self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
                         sample_rate_out=SAMPLE_RATE_OUT, voices=self.model.get("voices", []),
                         voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
-                        model=self.model.get("llm", {}), limits=limits, health=dict(self.health)))
-        _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera})
+                        model=self.model.get("llm", {}), limits=limits, health=dict(self.health),
+                        turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms,
+                              "max_silence_ms": v.max_turn_silence_ms, "barge_in_threshold": v.barge_in_threshold,
+                              "barge_in_min_speech_ms": v.barge_in_min_speech_ms}))
+        _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
+                                               "turn_hold": start.turn_hold})
 
     async def _begin_turn(self, inp: TurnInput) -> None:
         if self.turn_task is not None and not self.turn_task.done():

@@ -109,6 +109,8 @@ class Turn:
         self._sentences: dict[int, _Sentence] = {}
         self._samples_sent = 0
         self._chunks_sent = 0
+        self.first_audio_at: float | None = None  # monotonic, when the first audio chunk was queued
+        self.audio_rate = 24000  # of the audio sent, from the first chunk
         self._llm_finished = asyncio.Event()
         self._timings: dict[str, float] = {}
         self._finish = Outcome.STOP
@@ -273,6 +275,7 @@ class Turn:
     def _on_audio(self, chunk: tts_pb2.AudioOut, t0: float) -> None:
         now = time.monotonic()
         if not self._samples_sent:
+            self.first_audio_at, self.audio_rate = now, chunk.sample_rate or self.audio_rate
             self._timings["first_audio_ms"] = _ms(now - t0)
             self._timings["ttfa_ms"] = _ms(now - self.inp.t_input_end)
             if self.inp.endpoint_ms is not None:
@@ -292,6 +295,10 @@ class Turn:
     @property
     def samples_sent(self) -> int:
         return self._samples_sent
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
 
     def heard_after_done(self, played_samples: int) -> str | None:
         """A barge-in that arrives after `turn.done` (synthesis runs faster than playback): the text heard up to

@@ -37,7 +37,8 @@ class VadLink:
     def __init__(self, *, stub: vad_pb2_grpc.VadServiceStub, settings: vad_pb2.VadSettings, sample_rate: int,
                  on_event: Callable[[vad_pb2.VadEvent, int], Awaitable[None]],
                  on_failure: Callable[[str], Awaitable[None]], connect_timeout_s: float,
-                 batch_ms: int, batching: Callable[[], bool], in_utterance: Callable[[], bool]) -> None:
+                 batch_ms: int, batching: Callable[[], bool], in_utterance: Callable[[], bool],
+                 answer_playing: Callable[[], bool] = lambda: False) -> None:
         self.stub = stub
         self.settings = settings
         self.rate = sample_rate
@@ -65,6 +66,9 @@ class VadLink:
         self._connect_timeout_s = connect_timeout_s
         self._in_utterance = in_utterance
         self._last_reopen = -float("inf")
+        # Whether an answer is heard now: the vad's barge-in gate follows it, told with the audio when it changes.
+        self._answer_playing = answer_playing
+        self._playing_told = False
 
     @property
     def open(self) -> bool:
@@ -86,16 +90,18 @@ class VadLink:
         self._sent_windows = windows
         self._send_held()
 
-    def end_of_speech(self) -> None:
+    def end_of_speech(self, ask_verdict: bool = False) -> None:
         """The client's VAD heard the end of speech: the vad closes an open segment at the last sample it has,
-        instead of waiting for silence that will not come (the client stops sending)."""
+        instead of waiting for silence that will not come (the client stops sending). With `ask_verdict` (a client
+        that keeps streaming when held) the vad's turn model decides instead."""
         if not self.open:
             return
         assert self._queue is not None
         if self._held:
             self._sent_windows = self._samples // self._window
             self._send_held()
-        self._queue.put_nowait((self._origin + self._samples, vad_pb2.VadRequest(end_of_speech=True)))
+        self._queue.put_nowait((self._origin + self._samples,
+                                vad_pb2.VadRequest(end_of_speech=True, ask_verdict=ask_verdict)))
 
     def _send_held(self) -> None:
         self._put(self._held_start, b"".join(self._held), self._held_ts)
@@ -105,7 +111,10 @@ class VadLink:
         assert self._queue is not None
         chunk = vad_pb2.AudioChunk(pcm16=pcm, sample_rate=self.rate, sequence=self._seq,
                                    capture_ts_ms=int(capture_ts_ms))
-        self._queue.put_nowait((tape_start, vad_pb2.VadRequest(audio=chunk)))
+        request = vad_pb2.VadRequest(audio=chunk)
+        if (playing := self._answer_playing()) != self._playing_told:
+            request.answer_playing = self._playing_told = playing
+        self._queue.put_nowait((tape_start, request))
         self._seq += 1
 
     def _open(self, tape_start: int, carried: list[tuple[int, vad_pb2.VadRequest]] | None = None,
@@ -114,6 +123,7 @@ class VadLink:
         never took, and with `keep_held` the frames it held."""
         self._queue = asyncio.Queue()
         self._origin, self._seq, self._samples = tape_start, 0, 0
+        self._playing_told = False  # a new stream starts with the gate open
         for start, request in carried or []:
             if request.HasField("audio"):
                 self._put(start, request.audio.pcm16, request.audio.capture_ts_ms)

@@ -2,7 +2,11 @@
 turns per-window speech probabilities into speech start / end edges.
 
 Pure logic in samples, no model and no audio: ``Endpointer`` is VADIterator's hysteresis plus a
-minimum speech time; ``CaptureClock`` maps sample offsets back to capture timestamps.
+minimum speech time, with two additions. Semantic end of turn: after a short silence it asks for the
+turn model's verdict instead of ending the turn, and holds an incomplete one open up to a longer
+silence. Barge-in gate: while an answer plays, a new turn needs speech held longer at a higher
+probability, so residual echo of the answer does not start one. ``CaptureClock`` maps sample
+offsets back to capture timestamps.
 """
 
 from __future__ import annotations
@@ -20,8 +24,15 @@ class VadSettings:
     neg_threshold: probability below which a window is silence (hysteresis); default
         ``threshold - 0.15`` as in VADIterator.
     min_speech_ms: voiced time needed before a turn starts; shorter blips never start one.
-    min_silence_ms: silence needed before a started turn ends (end-of-turn latency).
+    min_silence_ms: silence needed before a started turn ends (end-of-turn latency) when turns end
+        on silence alone.
     speech_pad_ms: widens reported segments on both sides.
+    semantic: let a turn model decide (streams given one); False: silence alone.
+    turn_silence_ms: silence after which the turn model judges the utterance.
+    max_turn_silence_ms: silence after which an utterance judged incomplete ends anyway.
+    barge_in_threshold / barge_in_min_speech_ms: while an answer plays, a new turn needs this long
+        of windows at or above this probability within one onset (short words and the gaps between
+        them add up; an onset that dies starts the count again).
     """
 
     threshold: float = 0.5
@@ -29,6 +40,11 @@ class VadSettings:
     min_speech_ms: int = 300
     min_silence_ms: int = 400
     speech_pad_ms: int = 30
+    semantic: bool = True
+    turn_silence_ms: int = 200
+    max_turn_silence_ms: int = 1500
+    barge_in_threshold: float = 0.8
+    barge_in_min_speech_ms: int = 250
 
     def __post_init__(self) -> None:
         _check_range("threshold", self.threshold, 0.05, 0.95)
@@ -38,6 +54,10 @@ class VadSettings:
         _check_range("min_silence_ms", self.min_silence_ms, 100, 10000)
         # Pads wider than half the minimum gap would let two segments overlap.
         _check_range("speech_pad_ms", self.speech_pad_ms, 0, min(500, self.min_silence_ms // 2))
+        _check_range("turn_silence_ms", self.turn_silence_ms, 2 * self.speech_pad_ms, 5000)
+        _check_range("max_turn_silence_ms", self.max_turn_silence_ms, self.turn_silence_ms, 10000)
+        _check_range("barge_in_threshold", self.barge_in_threshold, self.threshold, 1.0)
+        _check_range("barge_in_min_speech_ms", self.barge_in_min_speech_ms, 0, 5000)
 
     @property
     def stop_threshold(self) -> float:
@@ -55,6 +75,27 @@ class SpeechEventKind(enum.Enum):
     STARTED = "started"
     ENDED = "ended"
     PROBABILITY = "probability"  # one per window, only for streams that ask for them
+    HELD = "held"  # the turn model judged the utterance incomplete: it stays open
+    SUPPRESSED = "suppressed"  # speech that would have started a turn, held back by the barge-in gate
+
+
+class EndReason(enum.Enum):
+    """Why a turn ended."""
+
+    SILENCE = "silence"  # min_silence_ms, without a turn model
+    COMPLETE = "complete"  # the turn model's verdict after turn_silence_ms
+    TIMEOUT = "timeout"  # held open, then max_turn_silence_ms of silence
+    CLIENT = "client"  # the client's end of speech, taken at its word
+    STREAM_END = "stream_end"
+
+
+class Edge(enum.Enum):
+    """What ``Endpointer.step`` reports."""
+
+    STARTED = "started"
+    ENDED = "ended"
+    VERDICT_DUE = "verdict_due"  # turn_silence_ms of silence: the turn model is to judge the utterance now
+    SUPPRESSED = "suppressed"
 
 
 @dataclass(frozen=True)
@@ -64,7 +105,10 @@ class SpeechEvent:
     ``STARTED`` carries the segment's (padded) start; ``ENDED`` carries both ends, so a
     consumer of ends alone still has whole segments. ``probability`` is the model output
     of the window that decided the edge (``PROBABILITY``: of the window spanning start..end).
-    ``processed_samples`` is how far the model had got when the event was decided.
+    ``processed_samples`` is how far the model had got when the event was decided. ``ENDED`` and
+    ``HELD`` carry why (``reason``), the turn model's probability when it judged
+    (``turn_probability``) and ``decision_ms``: the silence waited since the speech ended plus the
+    turn model's own time.
     """
 
     kind: SpeechEventKind
@@ -74,6 +118,9 @@ class SpeechEvent:
     end_ms: float | None = None
     probability: float | None = None
     processed_samples: int = 0
+    reason: EndReason | None = None
+    turn_probability: float | None = None
+    decision_ms: float | None = None
 
 
 class _Phase(enum.Enum):
@@ -83,16 +130,29 @@ class _Phase(enum.Enum):
 
 
 class Endpointer:
-    """VADIterator-style hysteresis plus a minimum speech time; works in samples only."""
+    """VADIterator-style hysteresis plus a minimum speech time; works in samples only.
 
-    def __init__(self, settings: VadSettings, sample_rate: int, window: int):
+    ``semantic``: a turn's silence reports ``VERDICT_DUE`` once it lasts turn_silence_ms, and the
+    caller answers with ``verdict``; a turn held open ends at max_turn_silence_ms, and speech that
+    resumes continues it. ``gated`` (an answer is playing): a turn starts only on speech at the
+    barge-in threshold for barge_in_min_speech_ms; an onset that would otherwise have started one is
+    reported as ``SUPPRESSED`` when it dies.
+    """
+
+    def __init__(self, settings: VadSettings, sample_rate: int, window: int, semantic: bool = False):
         per_ms = sample_rate / 1000
         self._threshold = settings.threshold
         self._stop_threshold = settings.stop_threshold
         self._min_speech = round(settings.min_speech_ms * per_ms)
         self._min_silence = round(settings.min_silence_ms * per_ms)
+        self._turn_silence = round(settings.turn_silence_ms * per_ms)
+        self._max_turn_silence = round(settings.max_turn_silence_ms * per_ms)
+        self._gate_threshold = settings.barge_in_threshold
+        self._gate_speech = round(settings.barge_in_min_speech_ms * per_ms)
         self._pad = round(settings.speech_pad_ms * per_ms)
         self._window = window
+        self.semantic = semantic
+        self.gated = False
         self.reset()
 
     def reset(self) -> None:
@@ -102,6 +162,20 @@ class Endpointer:
         self._quiet_since: int | None = None  # first sample below the stop threshold
         self._fading_since: int | None = None  # first sample below the speech threshold
         self._floor = 0  # a new segment never starts before the last one ended
+        self._clear_gate()
+        self.verdict_pending = False  # VERDICT_DUE reported (or a verdict asked for), not yet answered
+        self.held = False  # judged incomplete, and no speech since
+        self.end_reason = EndReason.SILENCE  # of the last ENDED edge
+        self.silence_waited = 0  # samples of silence before the last end was decided
+
+    def _clear_gate(self) -> None:
+        self._gate_run = 0  # samples at or above the barge-in threshold in the current onset
+        self._gate_onset = 0
+        self._would_start = False  # the onset passed the ungated test
+
+    def silence_at(self, position: int) -> int:
+        """Samples of silence at ``position`` since the open turn's speech stopped (0 while it goes on)."""
+        return 0 if self._fading_since is None else max(0, position - self._fading_since)
 
     def oldest_needed(self, position: int) -> int:
         """The earliest sample an edge may still be reported at."""
@@ -111,48 +185,118 @@ class Endpointer:
             return self._fading_since
         return max(0, position - self._pad)
 
-    def step(self, start: int, prob: float) -> tuple[SpeechEventKind, int] | None:
+    def set_gate(self, on: bool) -> tuple[Edge, int] | None:
+        """An answer starts or stops playing. An onset in progress is dropped: it began under the other rule."""
+        if on == self.gated:
+            return None
+        self.gated = on
+        edge = (Edge.SUPPRESSED, self._onset) if self.phase is _Phase.ONSET and self._would_start else None
+        if self.phase is _Phase.ONSET:
+            self._to_silence()
+        self._clear_gate()
+        return edge
+
+    def step(self, start: int, prob: float) -> tuple[Edge, int] | None:
         """Feed the probability of the window at [start, start + window)."""
         end = start + self._window
         if self.phase is _Phase.SILENCE:
             if prob < self._threshold:
                 return None
             self.phase, self._onset, self._voiced = _Phase.ONSET, start, 0
+            self._clear_gate()
         if prob >= self._threshold:
             self._quiet_since = self._fading_since = None
+            self.verdict_pending = self.held = False  # speech resumed: the same turn goes on
         else:
             self._fading_since = start if self._fading_since is None else self._fading_since
             if prob < self._stop_threshold and self._quiet_since is None:
                 self._quiet_since = start
-        quiet_enough = self._quiet_since is not None and end - self._quiet_since >= self._min_silence
+        quiet = 0 if self._quiet_since is None else end - self._quiet_since
 
         if self.phase is _Phase.ONSET:
             if prob >= self._stop_threshold:
                 self._voiced += self._window
+            if self.gated:
+                return self._gated_onset(start, prob, quiet)
             if self._voiced >= self._min_speech:
                 self.phase = _Phase.SPEECH
-                return SpeechEventKind.STARTED, max(self._floor, self._onset - self._pad)
-            if quiet_enough:  # a blip: it never became a turn
-                self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
+                return Edge.STARTED, max(self._floor, self._onset - self._pad)
+            if quiet >= self._min_silence:  # a blip: it never became a turn
+                self._to_silence()
             return None
 
-        if quiet_enough:
-            # The stop threshold only keeps a turn open across dips; the speech itself
-            # ended where the probability first fell below the speech threshold.
-            self._floor = self._fading_since + self._pad
-            self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
-            return SpeechEventKind.ENDED, self._floor
+        if self._fading_since is None:
+            return None
+        if not self.semantic:
+            return self._end(EndReason.SILENCE, end) if quiet >= self._min_silence else None
+        if quiet >= self._max_turn_silence:
+            return self._end(EndReason.TIMEOUT, end)
+        # The verdict counts its short silence from the first window below the speech threshold: Silero's
+        # probability fades for a while after the last word, and the model, not the hysteresis, judges the pause.
+        if end - self._fading_since >= self._turn_silence and not (self.verdict_pending or self.held):
+            self.verdict_pending = True
+            return Edge.VERDICT_DUE, end
         return None
+
+    def _gated_onset(self, start: int, prob: float, quiet: int) -> tuple[Edge, int] | None:
+        if prob >= self._gate_threshold:
+            self._gate_onset = start if self._gate_run == 0 else self._gate_onset
+            self._gate_run += self._window
+        self._would_start = self._would_start or self._voiced >= self._min_speech
+        if self._gate_run >= max(self._gate_speech, self._window):
+            self.phase = _Phase.SPEECH
+            start = max(self._floor, self._gate_onset - self._pad)
+            self._clear_gate()
+            return Edge.STARTED, start
+        if quiet >= self._min_silence:
+            suppressed = self._would_start
+            self._to_silence()
+            self._clear_gate()
+            return (Edge.SUPPRESSED, self._onset) if suppressed else None
+        return None
+
+    def request_verdict(self) -> bool:
+        """The client heard the end of speech and asks for a verdict: False when no turn is open."""
+        if self.phase is not _Phase.SPEECH:
+            return False
+        self.verdict_pending = True
+        return True
+
+    def verdict(self, complete: bool, position: int) -> int | None:
+        """The turn model's answer: where the open turn ends (complete), or None (held open)."""
+        if not self.verdict_pending or self.phase is not _Phase.SPEECH:
+            return None
+        self.verdict_pending = False
+        if not complete:
+            self.held = True
+            return None
+        self.end_reason = EndReason.COMPLETE
+        return self._close(position)
 
     def finish(self, position: int) -> int | None:
         """End of stream at sample ``position``: where an open segment ends, if any."""
-        open_segment = self.phase is _Phase.SPEECH
+        if self.phase is not _Phase.SPEECH:
+            self._to_silence()
+            return None
+        self.end_reason = EndReason.CLIENT
+        return self._close(position)
+
+    def _end(self, reason: EndReason, position: int) -> tuple[Edge, int]:
+        # The stop threshold only keeps a turn open across dips; the speech itself
+        # ended where the probability first fell below the speech threshold.
+        self.end_reason = reason
+        return Edge.ENDED, self._close(position)
+
+    def _close(self, position: int) -> int:
+        self.silence_waited = 0 if self._fading_since is None else max(0, position - self._fading_since)
         end = position if self._fading_since is None else min(position, self._fading_since + self._pad)
+        self._floor = end
+        self._to_silence()
+        return end
+
+    def _to_silence(self) -> None:
         self.phase, self._quiet_since, self._fading_since = _Phase.SILENCE, None, None
-        if open_segment:
-            self._floor = end
-            return end
-        return None
+        self.verdict_pending = self.held = False
 
 
 class CaptureClock:

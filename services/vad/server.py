@@ -1,11 +1,11 @@
 """The vad gRPC service (sotto.v1.VadService): streaming speech start / end per audio source.
 
 The servicer only translates between protobuf and ``services.vad.engine``: the first message
-carries the settings, every message may carry audio and the client's end of speech (which
-closes an open segment at once), and each engine event becomes a ``VadEvent``. Small chunks
-are endpointed on the event loop, large ones on the model's single inference thread (see
-``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled
-frees its state at once.
+carries the settings, every message may carry audio, the client's end of speech (which closes an
+open segment at once, or asks the turn model's verdict) and whether an answer is playing (the
+barge-in gate), and each engine event becomes a ``VadEvent``. Small chunks are endpointed on the
+event loop, large ones and every turn-model verdict on the single inference thread (see
+``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled frees its state at once.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs
-from services.vad.engine import SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
-from services.vad.loading import default_settings, load_model
+from services.vad.engine import EndReason, SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
+from services.vad.loading import default_settings, load_model, load_turn_model
+from services.vad.smart_turn import SmartTurn
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -29,11 +30,24 @@ _LOGGER = logging.getLogger(__name__)
 # to the inference thread, so a 1 s chunk never stalls the other streams.
 _INLINE_WINDOWS = 2
 ACTIVE_STREAMS = Gauge("sotto_vad_active_streams", "Audio streams being endpointed now.")
+# End-of-turn decisions: a short silence plus a model call, up to the longest held silence.
+ENDPOINT_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3)
+ENDPOINT_DECISION = Histogram(
+    "sotto_vad_endpoint_decision_seconds",
+    "End of speech to the end-of-turn decision (silence waited plus the turn model's time), by reason.",
+    ["reason"], buckets=ENDPOINT_BUCKETS)
+TURN_VERDICTS = Counter("sotto_vad_turn_verdicts_total",
+                        "End-of-turn verdicts: complete (ended), incomplete (held open), timeout (held, then ended "
+                        "by the long silence).", ["outcome"])
+BARGE_INS_SUPPRESSED = Counter("sotto_vad_barge_ins_suppressed_total",
+                               "Speech during an answer's playback that would have started a turn without the "
+                               "barge-in gate (likely echo).")
 
 _EVENT_KINDS = {
     SpeechEventKind.STARTED: vad_pb2.VadEvent.SPEECH_STARTED,
     SpeechEventKind.ENDED: vad_pb2.VadEvent.SPEECH_ENDED,
     SpeechEventKind.PROBABILITY: vad_pb2.VadEvent.PROBABILITY,
+    SpeechEventKind.HELD: vad_pb2.VadEvent.TURN_HELD,
 }
 
 
@@ -48,6 +62,11 @@ def settings_from_proto(message: vad_pb2.VadSettings, defaults: VadSettings) -> 
         min_speech_ms=message.min_speech_ms or defaults.min_speech_ms,
         min_silence_ms=message.min_silence_ms or defaults.min_silence_ms,
         speech_pad_ms=message.speech_pad_ms or defaults.speech_pad_ms,
+        semantic=defaults.semantic and not message.silence_only,
+        turn_silence_ms=message.turn_silence_ms or defaults.turn_silence_ms,
+        max_turn_silence_ms=message.max_turn_silence_ms or defaults.max_turn_silence_ms,
+        barge_in_threshold=message.barge_in_threshold or defaults.barge_in_threshold,
+        barge_in_min_speech_ms=message.barge_in_min_speech_ms or defaults.barge_in_min_speech_ms,
     )
 
 
@@ -60,15 +79,30 @@ def event_to_proto(event: SpeechEvent) -> vad_pb2.VadEvent:
         end_ts_ms=round(event.end_ms) if event.end_ms is not None else 0,
         probability=event.probability or 0.0,
         processed_samples=event.processed_samples,
+        turn_probability=event.turn_probability or 0.0,
     )
+
+
+def observe(event: SpeechEvent) -> None:
+    """The endpointing metrics of one event."""
+    if event.kind is SpeechEventKind.SUPPRESSED:
+        BARGE_INS_SUPPRESSED.inc()
+    elif event.kind is SpeechEventKind.HELD and event.turn_probability is not None:
+        TURN_VERDICTS.labels("incomplete").inc()
+    elif event.kind is SpeechEventKind.ENDED and event.reason is not None:
+        if event.reason in (EndReason.COMPLETE, EndReason.TIMEOUT):
+            TURN_VERDICTS.labels(event.reason.value).inc()
+        if event.decision_ms is not None and event.reason is not EndReason.STREAM_END:
+            ENDPOINT_DECISION.labels(event.reason.value).observe(event.decision_ms / 1000)
 
 
 class VadServicer(vad_pb2_grpc.VadServiceServicer):
     """Holds the shared model, the default settings and the count of open streams."""
 
     def __init__(self, defaults: VadSettings, max_streams: int, executor: ThreadPoolExecutor,
-                 model: SileroVad | None = None):
+                 model: SileroVad | None = None, turn_model: SmartTurn | None = None):
         self.model = model  # set by the service's load step; no call reaches the servicer before
+        self.turn_model = turn_model  # likewise; None: turns end on silence alone
         self.defaults = defaults
         self.max_streams = max_streams
         self.active_streams = 0
@@ -89,22 +123,30 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
             # Headers now, not with a first event that may be minutes away: the client's sign that the stream
             # is accepted and heard (the gateway gives up a stream not accepted within its request timeout).
             await context.send_initial_metadata(())
-            last_sequence = -1
+            last_sequence, playing = -1, False
             async for request in requests:
+                events: list[SpeechEvent] = []
+                playing = request.answer_playing if request.HasField("answer_playing") else playing
+                if request.HasField("audio") and stream is None:
+                    stream = self._open(request.audio.sample_rate, settings, emit_probabilities)
+                if stream is not None:
+                    events += stream.set_answer_playing(playing)
                 if request.HasField("audio"):
                     chunk = request.audio
-                    stream = stream or self._open(chunk.sample_rate, settings, emit_probabilities)
                     _check_chunk(chunk, stream, last_sequence)
                     last_sequence = chunk.sequence
                     # 0 means "not given": the chunk continues the stream's capture clock.
                     if stream.windows_after(len(chunk.pcm16)) <= _INLINE_WINDOWS:
-                        events = stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
+                        events += stream.push(chunk.pcm16, chunk.capture_ts_ms or None)
                     else:
-                        events = await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
-                    for event in events:
-                        yield event_to_proto(event)
+                        events += await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
                 if request.end_of_speech and stream is not None:
-                    for event in stream.flush():
+                    events += stream.ask_verdict() if request.ask_verdict else stream.flush()
+                if stream is not None and stream.verdict_due:
+                    events += await self._run(stream.decide)
+                for event in events:
+                    observe(event)
+                    if event.kind in _EVENT_KINDS:
                         yield event_to_proto(event)
             if stream is None:
                 raise InvalidStream("empty stream: send settings in the first message, then audio chunks")
@@ -122,7 +164,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
 
     def _open(self, sample_rate: int, settings: VadSettings, emit_probabilities: bool) -> VadStream:
         assert self.model is not None
-        return self.model.open_stream(sample_rate, settings, emit_probabilities)
+        return self.model.open_stream(sample_rate, settings, emit_probabilities, self.turn_model)
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -165,8 +207,11 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
         vad_pb2_grpc.add_VadServiceServicer_to_server(servicer, server)
 
     async def load() -> dict[str, str]:
-        servicer.model = await asyncio.get_running_loop().run_in_executor(executor, load_model, cfg.model)
-        return {"engine": "silero-vad onnxruntime", "model": str(servicer.model.model_path)}
+        loop = asyncio.get_running_loop()
+        servicer.model = await loop.run_in_executor(executor, load_model, cfg.model)
+        servicer.turn_model = await loop.run_in_executor(executor, load_turn_model, cfg, common)
+        turn = str(servicer.turn_model.model_path) if servicer.turn_model else "off (silence alone)"
+        return {"engine": "silero-vad onnxruntime", "model": str(servicer.model.model_path), "turn_model": turn}
 
     async def close() -> None:
         executor.shutdown(wait=False, cancel_futures=True)

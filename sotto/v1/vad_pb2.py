@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12sotto/v1/vad.proto\x12\x08sotto.v1\"\x82\x01\n\x0bVadSettings\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x16\n\x0emin_silence_ms\x18\x03 \x01(\r\x12\x15\n\rspeech_pad_ms\x18\x04 \x01(\r\x12\x1a\n\x12\x65mit_probabilities\x18\x05 \x01(\x08\"Y\n\nAudioChunk\x12\r\n\x05pcm16\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\r\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x15\n\rcapture_ts_ms\x18\x04 \x01(\x03\"q\n\nVadRequest\x12\'\n\x08settings\x18\x01 \x01(\x0b\x32\x15.sotto.v1.VadSettings\x12#\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x14.sotto.v1.AudioChunk\x12\x15\n\rend_of_speech\x18\x03 \x01(\x08\"\x88\x02\n\x08VadEvent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.sotto.v1.VadEvent.Kind\x12\x14\n\x0cstart_sample\x18\x02 \x01(\x04\x12\x12\n\nend_sample\x18\x03 \x01(\x04\x12\x13\n\x0bstart_ts_ms\x18\x04 \x01(\x03\x12\x11\n\tend_ts_ms\x18\x05 \x01(\x03\x12\x13\n\x0bprobability\x18\x06 \x01(\x02\x12\x19\n\x11processed_samples\x18\x07 \x01(\x04\"S\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPEECH_STARTED\x10\x01\x12\x10\n\x0cSPEECH_ENDED\x10\x02\x12\x0f\n\x0bPROBABILITY\x10\x03\x32I\n\nVadService\x12;\n\x0bStreamAudio\x12\x14.sotto.v1.VadRequest\x1a\x12.sotto.v1.VadEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12sotto/v1/vad.proto\x12\x08sotto.v1\"\x8a\x02\n\x0bVadSettings\x12\x11\n\tthreshold\x18\x01 \x01(\x02\x12\x15\n\rmin_speech_ms\x18\x02 \x01(\r\x12\x16\n\x0emin_silence_ms\x18\x03 \x01(\r\x12\x15\n\rspeech_pad_ms\x18\x04 \x01(\r\x12\x1a\n\x12\x65mit_probabilities\x18\x05 \x01(\x08\x12\x17\n\x0fturn_silence_ms\x18\x06 \x01(\r\x12\x1b\n\x13max_turn_silence_ms\x18\x07 \x01(\r\x12\x14\n\x0csilence_only\x18\x08 \x01(\x08\x12\x1a\n\x12\x62\x61rge_in_threshold\x18\t \x01(\x02\x12\x1e\n\x16\x62\x61rge_in_min_speech_ms\x18\n \x01(\r\"Y\n\nAudioChunk\x12\r\n\x05pcm16\x18\x01 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x02 \x01(\r\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x15\n\rcapture_ts_ms\x18\x04 \x01(\x03\"\xb6\x01\n\nVadRequest\x12\'\n\x08settings\x18\x01 \x01(\x0b\x32\x15.sotto.v1.VadSettings\x12#\n\x05\x61udio\x18\x02 \x01(\x0b\x32\x14.sotto.v1.AudioChunk\x12\x15\n\rend_of_speech\x18\x03 \x01(\x08\x12\x13\n\x0b\x61sk_verdict\x18\x04 \x01(\x08\x12\x1b\n\x0e\x61nswer_playing\x18\x05 \x01(\x08H\x00\x88\x01\x01\x42\x11\n\x0f_answer_playing\"\xb1\x02\n\x08VadEvent\x12%\n\x04kind\x18\x01 \x01(\x0e\x32\x17.sotto.v1.VadEvent.Kind\x12\x14\n\x0cstart_sample\x18\x02 \x01(\x04\x12\x12\n\nend_sample\x18\x03 \x01(\x04\x12\x13\n\x0bstart_ts_ms\x18\x04 \x01(\x03\x12\x11\n\tend_ts_ms\x18\x05 \x01(\x03\x12\x13\n\x0bprobability\x18\x06 \x01(\x02\x12\x19\n\x11processed_samples\x18\x07 \x01(\x04\x12\x18\n\x10turn_probability\x18\x08 \x01(\x02\"b\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPEECH_STARTED\x10\x01\x12\x10\n\x0cSPEECH_ENDED\x10\x02\x12\x0f\n\x0bPROBABILITY\x10\x03\x12\r\n\tTURN_HELD\x10\x04\x32I\n\nVadService\x12;\n\x0bStreamAudio\x12\x14.sotto.v1.VadRequest\x1a\x12.sotto.v1.VadEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,15 +32,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sotto.v1.vad_pb2', _globals
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_VADSETTINGS']._serialized_start=33
-  _globals['_VADSETTINGS']._serialized_end=163
-  _globals['_AUDIOCHUNK']._serialized_start=165
-  _globals['_AUDIOCHUNK']._serialized_end=254
-  _globals['_VADREQUEST']._serialized_start=256
-  _globals['_VADREQUEST']._serialized_end=369
-  _globals['_VADEVENT']._serialized_start=372
-  _globals['_VADEVENT']._serialized_end=636
-  _globals['_VADEVENT_KIND']._serialized_start=553
-  _globals['_VADEVENT_KIND']._serialized_end=636
-  _globals['_VADSERVICE']._serialized_start=638
-  _globals['_VADSERVICE']._serialized_end=711
+  _globals['_VADSETTINGS']._serialized_end=299
+  _globals['_AUDIOCHUNK']._serialized_start=301
+  _globals['_AUDIOCHUNK']._serialized_end=390
+  _globals['_VADREQUEST']._serialized_start=393
+  _globals['_VADREQUEST']._serialized_end=575
+  _globals['_VADEVENT']._serialized_start=578
+  _globals['_VADEVENT']._serialized_end=883
+  _globals['_VADEVENT_KIND']._serialized_start=785
+  _globals['_VADEVENT_KIND']._serialized_end=883
+  _globals['_VADSERVICE']._serialized_start=885
+  _globals['_VADSERVICE']._serialized_end=958
 # @@protoc_insertion_point(module_scope)

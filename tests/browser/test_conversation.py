@@ -88,7 +88,7 @@ def test_state_goes_listening_thinking_speaking(conversation: Conversation) -> N
 def test_session_starts_with_session_start(conversation: Conversation) -> None:
     first = conversation.recorder.messages[0]
     assert first == {"type": "session.start", "protocol": 1, "sample_rate": 16000, "client_vad": True,
-                     "camera": True}
+                     "turn_hold": True, "camera": True}
 
 
 def test_audio_frames_have_valid_headers_and_carry_speech(conversation: Conversation) -> None:

@@ -26,6 +26,9 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.fail_with: grpc.StatusCode | None = None
         self.chunk_samples: list[int] = []  # the size of each audio message received, in order
         self.start_delay_s = 0.0  # a real vad reports a start only after its minimum speech: later than the audio
+        self.holds = 0  # how many of the client's ends of speech asking a verdict are answered TURN_HELD
+        self.ends: list[bool] = []  # each end of speech received: whether it asked for a verdict
+        self.playing: list[bool] = []  # each answer_playing change received, in order
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
@@ -35,6 +38,14 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:
+            if req.HasField("answer_playing"):
+                self.playing.append(req.answer_playing)
+            if req.end_of_speech:
+                self.ends.append(req.ask_verdict)
+                if start is not None and req.ask_verdict and self.holds:
+                    self.holds -= 1
+                    yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.TURN_HELD, start_sample=start,
+                                           start_ts_ms=int(first_ts + start / 16), turn_probability=0.1)
             if not req.HasField("audio"):
                 continue
             pcm = np.frombuffer(req.audio.pcm16, dtype="<i2")

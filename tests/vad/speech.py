@@ -50,3 +50,14 @@ def compose(parts: list[np.ndarray], gaps_s: list[float], rate: int, noise_dbfs:
 def white_noise(n: int, dbfs: float, seed: int = 0) -> np.ndarray:
     rms = 32768 * 10 ** (dbfs / 20)
     return np.clip(np.random.default_rng(seed).normal(0, rms, n), -32768, 32767).astype(np.int16)
+
+
+TURN_TEXTS = {
+    "complete": "What is the capital of France?",
+    "filler": "So I was thinking um... uh",
+    "rest": "we could go to the beach tomorrow.",
+}
+
+
+def silence(seconds: float, rate: int = 16000) -> np.ndarray:
+    return np.zeros(int(seconds * rate), dtype=np.int16)

@@ -1,12 +1,19 @@
 // The microphone and the in-page Silero VAD (@ricky0123/vad-web MicVAD, served from /vendor/).
 //
 // SpeechCapture turns VAD callbacks into what the session needs:
-//   onSpeechStart()       the VAD heard a first speech frame (maybe a cough): pause playback, do not send yet
-//   onSpeechConfirmed()   speech lasted minSpeechMs: it is a real utterance (barge-in, first camera frame)
-//   onMisfire()           it was too short: resume playback, nothing was sent
+//   onSpeechStart()       the VAD heard a first speech frame (maybe a cough): do not send yet
+//   onSpeechConfirmed()   speech lasted minSpeechMs: it is a real utterance (first camera frame)
+//   onMisfire()           it was too short, or held back by the barge-in gate: nothing was sent
+//   onBargeIn()           while an answer plays, speech passed the barge-in gate: stop the answer
 //   onAudio(frame, ts)    a 16 kHz Float32 frame to send, in order, starting with ~300 ms of pre-roll
-//   onSpeechEnd(ms)       the VAD heard the end of speech: send audio.end
-// Audio leaves the page only between onSpeechConfirmed and onSpeechEnd (plus the pre-roll), so a misfire sends nothing.
+//   onSpeechEnd(ms)       the VAD heard the end of speech (after a short silence): send audio.end
+// Audio leaves the page only between onSpeechConfirmed and onSpeechEnd (plus the pre-roll), so a misfire sends nothing;
+// and while the server holds the utterance open (hold(), after turn.hold), until finish() (speech.ended).
+//
+// The barge-in gate: while an answer plays (setGate(true)) residual echo of it can reach the VAD despite the
+// browser's echo cancellation. Speech then interrupts only once its segment holds bargeInMinSpeechMs of frames at
+// bargeInThreshold (the server's settings, from session.ready; short words add up); until then a confirmed segment
+// is held back, and one that dies first is counted as suppressed.
 
 import { createAudioContext } from "./audio-context.js";
 import { describeMediaError, UserFacingError } from "./media-errors.js";
@@ -16,6 +23,7 @@ const FRAME_SAMPLES = 512; // Silero v5 at 16 kHz
 const FRAME_MS = (FRAME_SAMPLES / 16000) * 1000; // 32 ms
 const PREROLL_FRAMES = Math.ceil(300 / FRAME_MS); // ~300 ms before the first speech frame
 const MAX_PENDING_FRAMES = Math.ceil(3000 / FRAME_MS); // bound the buffer while speech is unconfirmed
+const MAX_AFTER_END_FRAMES = Math.ceil(2000 / FRAME_MS); // kept after audio.end, in case the server holds the turn
 
 // Browser audio processing, chosen deliberately:
 // - echoCancellation ON: with speakers the assistant's own voice reaches the mic; without AEC the VAD would hear it
@@ -46,9 +54,14 @@ export async function openMicrophone() {
 export class SpeechCapture {
   constructor(handlers) {
     this.handlers = handlers;
-    this.state = "quiet"; // quiet | pending | speaking
+    // quiet | pending | gated (confirmed, waiting for the barge-in gate) | speaking | ending (audio.end sent) |
+    // continuing (the server holds the utterance: every frame is sent)
+    this.state = "quiet";
     this.ring = [];
     this.pending = [];
+    this.afterEnd = [];
+    this.gate = { on: false, threshold: 0.8, minMs: 250, runMs: 0, passed: false };
+    this.suppressed = 0;
     this.sentFrames = 0;
     this.frameIndex = 0;
     this.micVad = null;
@@ -91,6 +104,35 @@ export class SpeechCapture {
     await this.context.resume();
   }
 
+  // The server's turn settings (session.ready): the server judges the end of turn after a short silence, so this
+  // VAD ends its segment after that silence too, and gates barge-ins as the server does.
+  configure(turn) {
+    if (!turn) return;
+    if (turn.silence_ms) this.micVad?.setOptions({ redemptionMs: Math.max(turn.silence_ms, 2 * FRAME_MS) });
+    this.gate.threshold = turn.barge_in_threshold ?? this.gate.threshold;
+    this.gate.minMs = turn.barge_in_min_speech_ms ?? this.gate.minMs;
+  }
+
+  setGate(on) {
+    if (on === this.gate.on) return;
+    Object.assign(this.gate, { on, runMs: 0, passed: false });
+    if (!on && this.state === "gated") this._confirm();
+  }
+
+  // The server holds the utterance open (turn.hold): send what was captured since audio.end, then every frame.
+  hold() {
+    if (this.state !== "ending") return;
+    this.state = "continuing";
+    for (const entry of this.afterEnd) this._emit(entry);
+    this.afterEnd = [];
+  }
+
+  // The server ended the utterance (speech.ended): stop sending.
+  finish() {
+    if (this.state === "ending" || this.state === "continuing") this.state = "quiet";
+    this.afterEnd = [];
+  }
+
   _options() {
     return {
       model: "v5",
@@ -107,9 +149,9 @@ export class SpeechCapture {
       positiveSpeechThreshold: 0.5,
       negativeSpeechThreshold: 0.35,
       minSpeechMs: 300,
-      redemptionMs: 400,
+      redemptionMs: 200, // until session.ready gives the server's turn silence (configure)
       preSpeechPadMs: PREROLL_FRAMES * FRAME_MS,
-      onFrameProcessed: (_probs, frame) => this._frame(frame),
+      onFrameProcessed: (probs, frame) => this._frame(frame, probs.isSpeech),
       onSpeechStart: () => this._speechStart(),
       onSpeechRealStart: () => this._speechConfirmed(),
       onVADMisfire: () => this._misfire(),
@@ -131,20 +173,38 @@ export class SpeechCapture {
   }
 
   // vad-web reports each frame before the speech event it triggers, so the ring always holds the current frame.
-  _frame(frame) {
+  _frame(frame, probability) {
     const entry = { frame, ts: this._captureTime() };
-    if (this.state === "speaking") {
+    this._gateFrame(probability);
+    if (this.state === "speaking" || this.state === "continuing") {
       this._emit(entry);
-    } else if (this.state === "pending") {
+    } else if (this.state === "pending" || this.state === "gated") {
       this.pending.push(entry);
       if (this.pending.length > MAX_PENDING_FRAMES) this.pending.shift();
     } else {
+      if (this.state === "ending") {
+        this.afterEnd.push(entry);
+        if (this.afterEnd.length > MAX_AFTER_END_FRAMES) this.afterEnd.shift();
+      }
       this.ring.push(entry);
       if (this.ring.length > PREROLL_FRAMES) this.ring.shift();
     }
   }
 
+  _gateFrame(probability) {
+    const gate = this.gate;
+    if (!gate.on || gate.passed) return;
+    if (this.state === "quiet" || this.state === "ending") gate.runMs = 0; // counted within a speech segment
+    else if (probability >= gate.threshold) gate.runMs += FRAME_MS;
+    if (gate.runMs < gate.minMs) return;
+    gate.passed = true;
+    this.handlers.onBargeIn();
+    if (this.state === "gated") this._confirm();
+  }
+
   _speechStart() {
+    if (this.state === "continuing") return; // the held utterance goes on: its frames are already being sent
+    if (this.state === "ending") this.afterEnd = []; // a new utterance: the server ended the last one
     this.state = "pending";
     this.pending = this.ring;
     this.ring = [];
@@ -152,6 +212,18 @@ export class SpeechCapture {
   }
 
   _speechConfirmed() {
+    if (this.state === "continuing") {
+      this.state = "speaking"; // its end sends audio.end again: the server judges the longer utterance
+      return;
+    }
+    if (this.gate.on && !this.gate.passed) {
+      this.state = "gated"; // frames keep buffering until the gate passes or the segment dies
+      return;
+    }
+    this._confirm();
+  }
+
+  _confirm() {
     this.state = "speaking";
     this.sentFrames = 0;
     this.handlers.onSpeechConfirmed();
@@ -160,16 +232,26 @@ export class SpeechCapture {
   }
 
   _misfire() {
-    const wasSpeaking = this.state === "speaking";
+    if (this.state === "continuing") return;
+    if (this.state === "speaking") {
+      this._speechEnd();
+      return;
+    }
+    if (this.state === "gated") this.suppressed += 1;
     this.ring = this.pending.slice(-PREROLL_FRAMES);
     this.pending = [];
     this.state = "quiet";
-    if (wasSpeaking) this.handlers.onSpeechEnd(this.sentFrames * FRAME_MS);
-    else this.handlers.onMisfire();
+    this.handlers.onMisfire();
   }
 
   _speechEnd() {
-    this.state = "quiet";
+    if (this.state === "gated" || this.state === "pending") {
+      this._misfire();
+      return;
+    }
+    if (this.state !== "speaking") return;
+    this.state = "ending";
+    this.afterEnd = [];
     this.handlers.onSpeechEnd(this.sentFrames * FRAME_MS);
   }
 

@@ -28,7 +28,6 @@ const page = {
   lastPlaybackReport: 0,
   lastReportedPlayed: null,
   lastUtteranceMs: null, // client-measured length of the last utterance sent
-  pausedForSpeech: false,
   utteranceAnswered: false, // a speech turn started since the user's utterance began
   noTurnTimer: null,
   requestTimeoutMs: 2000, // from session.ready limits
@@ -44,6 +43,7 @@ const capture = new SpeechCapture({
   onSpeechStart,
   onSpeechConfirmed,
   onMisfire,
+  onBargeIn: () => void interrupt(),
   onAudio: (frame, ts) => {
     if (connection.sendFrame(Kind.AUDIO_IN, ts, floatToPcm16(frame))) counters.audio += 1;
   },
@@ -54,6 +54,7 @@ const connection = new Connection(
   () => ({
     sample_rate: SAMPLE_RATE_IN,
     client_vad: page.micReady,
+    turn_hold: page.micReady, // this page keeps streaming an utterance the server holds open (turn.hold)
     camera: camera.active,
     ...(localStorage.getItem(VOICE_KEY) ? { voice: localStorage.getItem(VOICE_KEY) } : {}),
   }),
@@ -75,6 +76,7 @@ function updateState() {
   if (!page.started) state = "idle";
   else if (page.speakingTurn !== null) state = "speaking";
   else if (page.awaitingReply) state = "thinking";
+  capture.setGate(page.speakingTurn !== null); // echo of the answer must not interrupt it
   if (state !== page.state) {
     page.state = state;
     ui.showState(state);
@@ -88,23 +90,18 @@ function send(message) {
 
 // --- the user speaks -------------------------------------------------------------------------------------------
 
+// While an answer plays, speech stops it only once it passes the barge-in gate (onBargeIn): pausing at every
+// speech-like frame would let the answer's own echo stutter it.
 function onSpeechStart() {
   ui.showHearing(true);
-  if (page.speakingTurn !== null) {
-    player.pause(); // at once; confirmed speech interrupts, a misfire resumes
-    page.pausedForSpeech = true;
-  }
 }
 
 function onMisfire() {
   ui.showHearing(false);
-  if (page.pausedForSpeech) player.resume();
-  page.pausedForSpeech = false;
 }
 
 function onSpeechConfirmed() {
-  void interrupt(); // while paused for speech this sends at once, before the utterance's first audio frame
-  page.pausedForSpeech = false;
+  void interrupt(); // a reply still being generated is dropped; this sends before the utterance's first audio frame
   page.utteranceAnswered = false;
   page.replyClock = null;
   void sendJpeg();
@@ -149,14 +146,14 @@ async function sendJpeg() {
 // Stops the answer being played (or still being generated) and tells the server how much was heard.
 async function interrupt() {
   const turnId = page.speakingTurn ?? page.generatingTurn;
-  if (turnId === null) return;
+  if (turnId === null || page.droppedTurns.has(turnId)) return; // the gate's barge-in, then the confirmed speech
+
   const wasPlaying = page.speakingTurn === turnId;
   page.droppedTurns.add(turnId);
   page.speakingTurn = null;
   updateState();
-  let played = player.playedOf(turnId); // exact when paused for speech: the worklet reports as it pauses
-  if (wasPlaying && page.pausedForSpeech) void player.stop();
-  else if (wasPlaying) played = (await player.stop()).played;
+  let played = player.playedOf(turnId);
+  if (wasPlaying) played = (await player.stop()).played;
   send({ type: "interrupt", turn_id: turnId, played_samples: played });
   // The server may have closed the turn already (all audio sent): say here that the rest went unheard.
   if (page.doneTurns.has(turnId)) ui.markStoppedEarly(turnId);
@@ -173,6 +170,7 @@ const handlers = {
     ui.showVoices(voices, localStorage.getItem(VOICE_KEY) || m.voice);
     ui.enableInput(true);
     page.requestTimeoutMs = m.limits?.request_timeout_ms ?? page.requestTimeoutMs;
+    capture.configure(m.turn);
     if (document.activeElement === document.body || document.activeElement === ui.elements.start) {
       ui.elements.textInput.focus(); // Start is disabled now; keep keyboard users somewhere useful
     }
@@ -186,6 +184,14 @@ const handlers = {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);
     }
   },
+  // The server heard an unfinished utterance ("so I was thinking, um…"): keep listening, send the continuation.
+  "turn.hold": () => {
+    capture.hold();
+    clearTimeout(page.noTurnTimer);
+    page.awaitingReply = false;
+    updateState();
+  },
+  "speech.ended": () => capture.finish(),
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
     if (m.source === "speech") page.utteranceAnswered = true;
@@ -376,5 +382,6 @@ exposeDebug({
   playedSamples: () => player.totalPlayed,
   state: () => page.state,
   vad: () => capture.state,
+  suppressedBargeIns: () => capture.suppressed,
 });
 ui.showState("idle");

@@ -3,7 +3,6 @@
 // Messages in:  {type:'turn', turnId, rate}  a new turn's audio follows at `rate` Hz (resets the count)
 //               {type:'pcm', samples}        Float32 samples of the current turn, in order
 //               {type:'end'}                 no more audio for this turn: report 'drained' once it has all played
-//               {type:'pause'} / {type:'resume'}
 //               {type:'stop'}                drop everything queued now; replies {type:'stopped', turnId, played}
 // Messages out: {type:'progress'|'drained'|'stopped', turnId, played, playing}
 // `played` counts source samples (the turn's rate), the unit of the protocol's played_samples.
@@ -22,7 +21,6 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
     this.turnId = null;
     this.turnStart = 0;
     this.ended = false;
-    this.paused = false;
     this.sinceReport = 0;
     this.port.onmessage = (ev) => this.onMessage(ev.data);
   }
@@ -36,20 +34,12 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
         this.turnId = msg.turnId;
         this.step = msg.rate / sampleRate;
         this.ended = false;
-        this.paused = false;
         break;
       case "pcm":
         this.append(msg.samples);
         break;
       case "end":
         this.ended = true;
-        break;
-      case "pause":
-        this.paused = true;
-        this.post("progress"); // the exact count at the pause
-        break;
-      case "resume":
-        this.paused = false;
         break;
       case "stop":
         this.post("stopped"); // before dropping the queue: `played` is what was heard
@@ -79,7 +69,7 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
   }
 
   get playing() {
-    return this.turnId !== null && !this.paused && this.writePos > this.readPos;
+    return this.turnId !== null && this.writePos > this.readPos;
   }
 
   post(type) {
@@ -90,18 +80,16 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
     const out = outputs[0][0];
     const size = this.buffer.length;
     let i = 0;
-    if (!this.paused) {
-      for (; i < out.length && this.readPos < this.writePos; i++) {
-        const s0 = this.buffer[this.readPos % size];
-        const s1 = this.readPos + 1 < this.writePos ? this.buffer[(this.readPos + 1) % size] : s0;
-        out[i] = s0 + (s1 - s0) * this.frac;
-        this.frac += this.step;
-        const whole = Math.floor(this.frac);
-        this.readPos = Math.min(this.readPos + whole, this.writePos);
-        this.frac -= whole;
-      }
+    for (; i < out.length && this.readPos < this.writePos; i++) {
+      const s0 = this.buffer[this.readPos % size];
+      const s1 = this.readPos + 1 < this.writePos ? this.buffer[(this.readPos + 1) % size] : s0;
+      out[i] = s0 + (s1 - s0) * this.frac;
+      this.frac += this.step;
+      const whole = Math.floor(this.frac);
+      this.readPos = Math.min(this.readPos + whole, this.writePos);
+      this.frac -= whole;
     }
-    out.fill(0, i); // silence on underrun or pause
+    out.fill(0, i); // silence on underrun
     if (this.turnId !== null) {
       if (this.ended && this.readPos >= this.writePos) {
         this.post("drained");

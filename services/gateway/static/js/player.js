@@ -57,14 +57,6 @@ export class Player extends EventTarget {
     if (this.turnId !== null) this.node.port.postMessage({ type: "end" });
   }
 
-  pause() {
-    if (this.node) this.node.port.postMessage({ type: "pause" });
-  }
-
-  resume() {
-    if (this.node) this.node.port.postMessage({ type: "resume" });
-  }
-
   // Samples of `turnId` played so far, as last reported (0 for a turn whose audio never started).
   playedOf(turnId) {
     return this.lastReport && this.lastReport.turnId === turnId ? this.lastReport.played : 0;

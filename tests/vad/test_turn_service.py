@@ -1,0 +1,99 @@
+"""The semantic end of turn over real gRPC: a client's end of speech asks the verdict, a held turn is reported and
+its continuation ends it once; an answer playing gates barge-ins, and the metrics count each decision."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import numpy as np
+import pytest
+
+from services.vad.engine import VadSettings
+from services.vad.server import VadServicer
+from sotto.v1 import vad_pb2, vad_pb2_grpc
+from tests.helpers import metric
+
+from .speech import silence
+
+pytestmark = pytest.mark.timeout(120)
+Kind = vad_pb2.VadEvent
+
+
+@pytest.fixture
+async def stub(model, turn_model):
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad-test")
+    servicer = VadServicer(VadSettings(), max_streams=3, executor=executor, model=model, turn_model=turn_model)
+    server = grpc.aio.server()
+    vad_pb2_grpc.add_VadServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield vad_pb2_grpc.VadServiceStub(channel)
+    await server.stop(None)
+    executor.shutdown(wait=True)
+
+
+async def rest_of(call) -> list:
+    """The events left once the client is done writing (read, not iterated: the two may not be mixed)."""
+    events = []
+    while (event := await call.read()) is not grpc.aio.EOF:
+        events.append(event)
+    return events
+
+
+def audio(pcm: np.ndarray, sequence: int, **fields) -> vad_pb2.VadRequest:
+    return vad_pb2.VadRequest(audio=vad_pb2.AudioChunk(pcm16=pcm.tobytes(), sample_rate=16000, sequence=sequence),
+                              **fields)
+
+
+async def test_a_clients_end_of_speech_is_held_and_the_continuation_ends_it_once(stub, turn_clips):
+    """What the page does: send speech plus a short redemption, then audio.end; held, it sends the rest."""
+    held_before = metric("sotto_vad_turn_verdicts_total", outcome="incomplete")
+    complete_before = metric("sotto_vad_turn_verdicts_total", outcome="complete")
+    first = np.concatenate([silence(0.3), turn_clips["filler"], silence(0.1)])
+    rest = np.concatenate([silence(0.5), turn_clips["rest"], silence(0.1)])
+    call = stub.StreamAudio(timeout=30)
+    await call.write(vad_pb2.VadRequest(settings=vad_pb2.VadSettings(turn_silence_ms=300)))
+    await call.write(audio(first, 0))
+    await call.write(vad_pb2.VadRequest(end_of_speech=True, ask_verdict=True))
+    kinds = []
+    while (event := await call.read()).kind != Kind.TURN_HELD:
+        kinds.append(event.kind)
+    assert kinds == [Kind.SPEECH_STARTED] and 0 < event.turn_probability < 0.5
+    await call.write(audio(rest, 1))
+    await call.write(vad_pb2.VadRequest(end_of_speech=True, ask_verdict=True))
+    while (event := await call.read()).kind == Kind.TURN_HELD:
+        pass  # the rest's own pauses may be held too
+    assert event.kind == Kind.SPEECH_ENDED and event.turn_probability > 0.5
+    assert event.end_sample > len(first) + len(rest) - 0.3 * 16000  # one utterance, both parts
+    await call.done_writing()
+    assert await rest_of(call) == []
+    assert metric("sotto_vad_turn_verdicts_total", outcome="incomplete") > held_before
+    assert metric("sotto_vad_turn_verdicts_total", outcome="complete") == complete_before + 1
+    assert metric("sotto_vad_endpoint_decision_seconds_count", reason="complete") >= 1
+
+
+async def test_silence_only_clients_and_old_clients_end_on_their_end_of_speech(stub, turn_clips):
+    call = stub.StreamAudio(timeout=30)
+    await call.write(vad_pb2.VadRequest(settings=vad_pb2.VadSettings()))
+    await call.write(audio(np.concatenate([silence(0.3), turn_clips["filler"]]), 0))
+    await call.write(vad_pb2.VadRequest(end_of_speech=True))  # no ask_verdict: ended at once, as before
+    await call.done_writing()
+    assert [e.kind for e in await rest_of(call)] == [Kind.SPEECH_STARTED, Kind.SPEECH_ENDED]
+
+
+async def test_an_answer_playing_gates_a_quiet_barge_in_and_counts_it(stub, turn_clips):
+    """Speech that would start a turn at the normal threshold but never reaches the barge-in threshold is held back
+    while the answer plays; the same speech starts a turn once it has stopped."""
+    quiet = np.concatenate([silence(0.3), turn_clips["complete"], silence(0.8)])
+    suppressed = metric("sotto_vad_barge_ins_suppressed_total")
+    call = stub.StreamAudio(timeout=30)
+    await call.write(vad_pb2.VadRequest(settings=vad_pb2.VadSettings(barge_in_threshold=0.98,
+                                                                      barge_in_min_speech_ms=5000)))
+    await call.write(audio(quiet, 0, answer_playing=True))
+    await call.write(audio(quiet, 1, answer_playing=False))
+    await call.done_writing()
+    kinds = [e.kind for e in await rest_of(call)]
+    assert kinds == [Kind.SPEECH_STARTED, Kind.SPEECH_ENDED]
+    assert metric("sotto_vad_barge_ins_suppressed_total") == suppressed + 1
