@@ -89,3 +89,14 @@ def test_piper_loads_voices_from_an_explicit_folder(tmp_path):
 def test_an_explicit_folder_without_piper_voices_says_what_it_needs(tmp_path):
     with pytest.raises(ModelUnavailable, match=r"holds no Piper voice; point it at a voice's \.onnx file"):
         choose(settings(engine="piper", model=str(tmp_path)), common(tmp_path))
+
+
+def test_make_up_has_nothing_to_fetch_for_piper(tmp_path, monkeypatch, capsys):
+    from tools.models import prepare
+
+    for name, value in {"SOTTO_TTS_ENGINE": "piper", "SOTTO_OFFLINE": "true",
+                        "SOTTO_MODEL_DIR": str(tmp_path)}.items():
+        monkeypatch.setenv(name, value)
+    prepare.main()  # exits 1 here for the llm, whose model is not in this empty cache
+    out, err = capsys.readouterr()
+    assert "tts voices (piper): en_US-joe-medium" in out and "tts:" not in err
