@@ -45,7 +45,8 @@ def test_with_only_the_offline_kit_auto_speaks_english_with_piper_and_says_why(t
     offline_kit(tmp_path)
     choice = choose(settings(), common(tmp_path))
     assert choice.backend == "piper" and list(choice.voices) == ["en_US-joe-medium"]
-    assert "no English voice (it has jf_alpha, jm_kumo)" in choice.reason and "SOTTO_TTS_VOICE=af_heart" in choice.reason
+    assert "no English voice (it has jf_alpha, jm_kumo)" in choice.reason
+    assert "SOTTO_TTS_VOICE=af_heart" in choice.reason
 
 
 def test_the_kits_japanese_voice_asked_for_by_name_keeps_kokoro(tmp_path):
