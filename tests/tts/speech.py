@@ -18,6 +18,12 @@ def resample(audio: np.ndarray, src: int, dst: int) -> np.ndarray:
     return np.interp(np.arange(n) * (src / dst), np.arange(len(audio)), audio).astype(np.float32)
 
 
+def plausible_duration(text: str, seconds: float) -> bool:
+    """Between 1.5 and 5 words a second, with a little slack for very short texts."""
+    words = len(text.split())
+    return words / 5.0 - 0.3 <= seconds <= words / 1.5 + 0.8
+
+
 @dataclass(frozen=True)
 class SpeechReport:
     duration_s: float

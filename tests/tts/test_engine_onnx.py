@@ -9,14 +9,9 @@ import pytest
 from services.tts.engine import SAMPLE_RATE, CancelEvent, InvalidInput
 from services.tts.kokoro_base import CHUNK_SAMPLES
 from services.tts.text import SentenceSplitter
+from tests.tts.speech import plausible_duration
 
 VOICE = "jf_alpha"  # no English voice exists offline: English text, Japanese voice, lang en-us
-
-
-def plausible_duration(text: str, seconds: float) -> bool:
-    """Between 1.5 and 5 words a second, with a little slack for very short texts."""
-    words = len(text.split())
-    return words / 5.0 - 0.3 <= seconds <= words / 1.5 + 0.8
 
 
 def test_a_sentence_is_speech_of_plausible_length(onnx_engine, vad):

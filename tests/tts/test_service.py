@@ -275,7 +275,8 @@ def test_the_services_thread_settings_reach_onnx_runtime(kit, env, threads, spin
     With one thread, a synthesis keeps at most one core busy, however long the sentence."""
     cfg = config.load(config.TtsConfig, {"SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_ENGINE": "onnx",
                                          "SOTTO_TTS_VOICE": VOICE.voice, **env})
-    engine, backend, _ = load_engine(cfg, config.load(config.CommonConfig, {"SOTTO_OFFLINE": "true"}))
+    loaded = load_engine(cfg, config.load(config.CommonConfig, {"SOTTO_OFFLINE": "true"}))
+    engine, backend = loaded.engine, loaded.backend
     options = engine._session.get_session_options()
     assert (backend, options.intra_op_num_threads) == ("onnx", threads)
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning

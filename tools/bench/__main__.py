@@ -1,4 +1,4 @@
-"""Command line: `run` (the whole benchmark) and `compare A.json B.json`."""
+"""Command line: `run` (the whole benchmark), `tts` (speech engines side by side) and `compare A.json B.json`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="few llm turns, small component sizes (the bench's test)")
     run.add_argument("--keep-work", action="store_true",
                      help="keep the fixtures and the stacks' logs (kept anyway when the run fails)")
+    tts = sub.add_parser("tts", help="first chunk and RTF of speech engines, alone, on the same answers")
+    tts.add_argument("--engines", type=lambda t: tuple(x for x in t.split(",") if x), default=("onnx", "piper"),
+                     help="SOTTO_TTS_ENGINE values, comma list")
+    tts.add_argument("--repeat", type=int, default=5, help="runs per answer (the median is reported)")
+    tts.add_argument("--out", type=Path, help="also save the figures as JSON here")
     cmp_ = sub.add_parser("compare", help="per-figure differences of two result files")
     cmp_.add_argument("a", type=Path)
     cmp_.add_argument("b", type=Path)
@@ -40,6 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         rows = stats.compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
         print(stats.format_compare(rows, args.changed))
+        return 0
+    if args.command == "tts":
+        from tools.bench import components
+
+        rows = {"machine": stats.machine(), "engines": components.tts_engines(args.engines, args.repeat)}
+        rows["machine"]["load_average_end"] = stats.load_average()
+        components.print_tts_engines(rows["engines"])
+        print(f"load average {rows['machine']['load_average']} (start) / {rows['machine']['load_average_end']} (end)")
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
         return 0
     from tools.bench.run import run as run_bench  # loads the engines: not for `compare`
 

@@ -1,6 +1,6 @@
 """Each component alone, in this process, with no stack running: the VAD's cost per window (bare model,
 batched, and through VadStream) and the TTS's first chunk and real-time factor (Kokoro ONNX as the service
-runs it; Kokoro MLX where it can run at all).
+runs it; Kokoro MLX where it can run at all; any engines side by side with `python -m tools.bench tts`).
 
 CPU figures count the CPU of one thread (VAD) or of this process (TTS), so they hold on a busy machine where
 wall times say little.
@@ -87,9 +87,8 @@ def _synthesis(engine, text: str, voice: str) -> tuple[float, float, float, floa
     return first or 0.0, time.perf_counter() - started, samples / engine.sample_rate, time.process_time() - cpu_started
 
 
-def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
-    """`engine`: the one the direct path built with the tts service's own loader (services.tts.loading), so
-    this measures what the service runs. RTF = synthesis time / audio duration (below 1: faster than real time)."""
+def tts_answers(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
+    """First chunk, RTF and CPU RTF of `engine` on each answer (median of `repeat` runs)."""
     rows = {}
     for name in answers:
         runs = [_synthesis(engine, ANSWERS[name], voice) for _ in range(repeat)]
@@ -97,7 +96,42 @@ def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(AN
         audio = runs[0][2]
         rows[name] = {"chars": len(ANSWERS[name]), "first_chunk_s": round(first, 3), "total_s": round(total, 3),
                       "audio_s": round(audio, 3), "rtf": round(total / audio, 3), "cpu_rtf": round(cpu / audio, 3)}
-    return {"engine": engine.name, "answers": rows, "mlx": _mlx()}
+    return rows
+
+
+def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
+    """`engine`: the one the direct path built with the tts service's own loader (services.tts.loading), so
+    this measures what the service runs. RTF = synthesis time / audio duration (below 1: faster than real time)."""
+    return {"engine": engine.name, "answers": tts_answers(engine, voice, repeat, answers), "mlx": _mlx()}
+
+
+def tts_engines(names: tuple[str, ...], repeat: int = 5) -> dict:
+    """Each named engine (SOTTO_TTS_ENGINE values) built by the service's own loader, offline, with the models a
+    fresh `make test` has (Kokoro: the offline kit; Piper: the voice the `tts` extra installs), on the same
+    answers, one engine at a time."""
+    from services.common import config
+    from services.tts.loading import load_engine
+    from tools.stack import model_dir
+
+    env = {"SOTTO_OFFLINE": "true", "SOTTO_MODEL_DIR": str(model_dir())}
+    common = config.load(config.CommonConfig, env)
+    rows = {}
+    for name in names:
+        started = time.perf_counter()
+        loaded = load_engine(config.load(config.TtsConfig, {**env, "SOTTO_TTS_ENGINE": name}), common)
+        load_s = time.perf_counter() - started
+        rows[name] = {"engine": loaded.engine.name, "voice": loaded.engine.default_voice,
+                      "load_and_warmup_s": round(load_s, 2),
+                      "answers": tts_answers(loaded.engine, loaded.engine.default_voice, repeat)}
+    return rows
+
+
+def print_tts_engines(rows: dict) -> None:
+    print(f"{'engine':<12}{'voice':<18}{'answer':<8}{'audio s':>8}{'1st chunk ms':>13}{'RTF':>7}{'CPU RTF':>9}")
+    for row in rows.values():
+        for answer, a in row["answers"].items():
+            print(f"{row['engine']:<12}{row['voice']:<18}{answer:<8}{a['audio_s']:>8.2f}"
+                  f"{a['first_chunk_s'] * 1000:>13.0f}{a['rtf']:>7.3f}{a['cpu_rtf']:>9.3f}")
 
 
 def mlx_once() -> None:

@@ -57,7 +57,7 @@ class DirectPath:
         self.defaults = SamplingDefaults(llm_cfg.temperature, llm_cfg.top_p, llm_cfg.top_k, llm_cfg.max_new_tokens)
         self.llm = LlmEngine(engine_config(llm_cfg, common, Path(model_path)))
         self.llm.warmup()
-        self.tts, _, _ = load_engine(tts_cfg, common)  # warmed up, default voice set as in the service
+        self.tts = load_engine(tts_cfg, common).engine  # warmed up, default voice set as in the service
         self.voice = self.tts.default_voice
         self.speed = tts_cfg.speed
         vad_cfg = config.load(config.VadConfig, env)

@@ -24,7 +24,9 @@ def main() -> int:
         missing.append(f"llm: {exc}")
     backend = default_backend() if tts.engine == "auto" else tts.engine
     try:
-        if tts.model is None:
+        if backend == "piper":  # the voice comes with the `tts` extra: nothing to fetch
+            print(f"tts voices (piper): {', '.join(tts_models.piper_voices(tts.model))}")
+        elif tts.model is None:
             for hub in tts_models.HUB_FILES[backend]:
                 path = models.resolve(hub, None, "SOTTO_TTS_MODEL", common)
             print(f"tts model ({backend}): {path.parent}")
