@@ -345,8 +345,11 @@ class RealtimeSession(Session):
     async def _begin_turn(self, inp: TurnInput) -> None:
         """Reached when the vad ends an utterance: it joins what the user added, and answers unless the session
         says create_response false (then response.create does)."""
-        wav = audio.read_wav(inp.audio_wav)
-        self.pending.add_audio(wav.pcm)
+        try:
+            self.pending.add_audio(audio.read_wav(inp.audio_wav).pcm)
+        except OpenAIError as exc:  # too much audio held: this utterance is dropped, the session goes on
+            self.emit({"type": "error", "error": exc.body()})
+            return
         td = self.config.turn_detection
         if td is not None and td.create_response:
             await super()._begin_turn(self.pending.take(inp.turn_id, inp.t_input_end, inp.endpoint_ms))
