@@ -9,6 +9,7 @@ barge-in of `/ws`. Same callers, limits and rate as `/ws`. What is supported, ig
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,8 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import numpy as np
-import soxr
+import grpc
 from aiohttp import WSMsgType, web
 
 from services.common import audio, config, logs
@@ -25,44 +25,17 @@ from services.gateway.intake import SAMPLE_RATE_IN
 from services.gateway.openai_common import OpenAIError, image_from_url, new_id, pcm16
 from services.gateway.protocol import Frame, FrameKind, SessionStart
 from services.gateway.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
+from services.gateway.realtime_input import InputResampler, PendingInput
 from services.gateway.realtime_wire import Conversation, Deferred, RealtimeWire, user_audio_item
 from services.gateway.session import Session
 from services.gateway.turn import TurnInput, TurnSettings
 from services.gateway.ws import DEPS, MODEL, SETTINGS, check_caller, check_session_room, registered
-from sotto.v1 import common_pb2, vad_pb2
+from sotto.v1 import common_pb2, tts_pb2, vad_pb2
 
 _LOGGER = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # OpenAI's own minimum for a committed buffer
 _UNSUPPORTED = {"conversation.item.delete": "items cannot be deleted here",
                 "output_audio_buffer.clear": "only WebRTC/SIP clients have an output buffer on the server"}
-
-
-class PendingInput:
-    """What the user added since the last response: texts, images and audio (16 kHz PCM16), for the next turn."""
-
-    def __init__(self, max_audio_s: float) -> None:
-        self.max_bytes = int(max_audio_s * SAMPLE_RATE_IN) * 2
-        self.texts: list[str] = []
-        self.images: list[bytes] = []
-        self.pcm = bytearray()
-
-    def add_audio(self, pcm: bytes) -> None:
-        if len(self.pcm) + len(pcm) > self.max_bytes:
-            raise OpenAIError(f"the user's audio is over {self.max_bytes // 2 // SAMPLE_RATE_IN} s "
-                              "(SOTTO_MAX_TURN_AUDIO_S)", code="audio_too_long")
-        self.pcm += pcm
-
-    def empty(self) -> bool:
-        return not (self.texts or self.images or self.pcm)
-
-    def take(self, turn_id: str, t_input_end: float, endpoint_ms: float | None = None) -> TurnInput:
-        pcm, self.pcm = bytes(self.pcm), bytearray()
-        inp = TurnInput(turn_id=turn_id, source="speech" if pcm else "text", t_input_end=t_input_end,
-                        text="\n".join(self.texts), audio_wav=audio.wav_bytes(pcm, SAMPLE_RATE_IN) if pcm else b"",
-                        audio_ms=len(pcm) / 2 / (SAMPLE_RATE_IN / 1000), images=self.images,
-                        image_ts=[0.0] * len(self.images), endpoint_ms=endpoint_ms)
-        self.texts, self.images = [], []
-        return inp
 
 
 class RealtimeSession(Session):
@@ -78,7 +51,7 @@ class RealtimeSession(Session):
         self.wire.on_audio_sent = self._heard_so_far
         self.pending = PendingInput(gw.max_turn_audio_s)
         self._manual = bytearray()  # audio appended with turn detection off, until committed
-        self._resampler: soxr.ResampleStream | None = None
+        self._resampler = InputResampler(self.config.input_rate)
         self._audio_ms = 0.0        # input timeline: audio_start_ms / audio_end_ms count from here
         self._seq = 0
         self._response_overrides: dict[str, Any] = {}
@@ -96,6 +69,17 @@ class RealtimeSession(Session):
     def _session_object(self) -> dict:
         return self.config.session_object(session_id=f"sess_{self.id}", model=self.model.get("llm", {}).get("name", ""),
                                           prefix_padding_ms=self.gw.preroll_ms)
+
+    async def _voices(self) -> list[str]:
+        """The tts service's voices, asked now if the gateway has not learnt them yet (it asks once the tts
+        service is up); none when it cannot answer: a voice is then checked by the tts at the next answer."""
+        if not self.model.get("voices"):
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                reply = await self.tts.ListVoices(tts_pb2.ListVoicesRequest(),
+                                                  timeout=self.gw.request_timeout_ms / 1000)
+                self.model["voices"] = [v.name for v in reply.voices]
+                self.model.setdefault("default_voice", reply.default_voice)
+        return self.model.get("voices", [])
 
     def _apply_vad_settings(self) -> None:
         td = self.config.turn_detection
@@ -142,22 +126,11 @@ class RealtimeSession(Session):
             "binary frames are not part of the Realtime API: send input_audio_buffer.append with base64 PCM16",
             code="unsupported_frame").body()})
 
-    def _to_16k(self, pcm: bytes, last: bool = False) -> bytes:
-        rate = self.config.input_rate
-        if rate == SAMPLE_RATE_IN:
-            return pcm
-        if self._resampler is None:
-            self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE_IN, 1, dtype="int16")
-        out = self._resampler.resample_chunk(np.frombuffer(pcm, dtype="<i2"), last=last).astype("<i2").tobytes()
-        if last:
-            self._resampler = None
-        return out
-
     async def _session_update(self, event: dict) -> None:
-        new = apply_update(self.config, event.get("session"), self.model.get("voices", []))
+        new = apply_update(self.config, event.get("session"), await self._voices())
         old, self.config = self.config, new
         if new.input_rate != old.input_rate:
-            self._resampler = None
+            self._resampler = InputResampler(new.input_rate)
         if new.turn_detection != old.turn_detection:
             self._manual.clear()
             self.intake.abandon_utterance()
@@ -167,7 +140,7 @@ class RealtimeSession(Session):
         self.emit({"type": "session.updated", "session": self._session_object()})
 
     async def _append(self, event: dict) -> None:
-        pcm = self._to_16k(pcm16(event.get("audio"), "audio"))
+        pcm = self._resampler.stream(pcm16(event.get("audio"), "audio"))
         if self.config.turn_detection is None:
             if len(self._manual) + len(pcm) > self.pending.max_bytes:
                 raise OpenAIError(f"the input audio buffer is over {self.gw.max_turn_audio_s:g} s "
@@ -187,7 +160,7 @@ class RealtimeSession(Session):
                 raise OpenAIError("the buffer holds no speech to commit", code="input_audio_buffer_commit_empty")
             self.vad.end_of_speech()  # the vad closes the utterance now: committed as when silence ends it
             return
-        pcm = bytes(self._manual) + self._to_16k(b"", last=True)
+        pcm = bytes(self._manual) + self._resampler.stream(b"", last=True)
         self._manual.clear()
         if len(pcm) < MIN_COMMIT_MS * SAMPLE_RATE_IN // 1000 * 2:
             raise OpenAIError(f"buffer too small: at least {MIN_COMMIT_MS} ms of audio must be appended before a "
@@ -197,7 +170,7 @@ class RealtimeSession(Session):
 
     async def _clear(self, _: dict) -> None:
         self._manual.clear()
-        self._resampler = None
+        self._resampler = InputResampler(self.config.input_rate)
         if self.config.turn_detection is not None and self.vad is not None:
             self.intake.abandon_utterance()
             await self.vad.reset()
@@ -249,7 +222,7 @@ class RealtimeSession(Session):
                 images.append(image_from_url(part.get("image_url"), self.gw.max_jpeg_bytes, f"{where}.image_url"))
                 kept.append({"type": "input_image", "detail": "auto"})  # the bytes are not kept
             elif kind == "input_audio":
-                pcm += self._one_shot_16k(pcm16(part.get("audio"), f"{where}.audio"))
+                pcm += self._resampler.whole(pcm16(part.get("audio"), f"{where}.audio"))
                 kept.append({"type": "input_audio", "transcript": None})
             else:
                 raise OpenAIError(f"'{where}' must be an input_text, input_image or input_audio part", param=where)
@@ -257,12 +230,6 @@ class RealtimeSession(Session):
         self.pending.texts += texts
         self.pending.images += images
         return kept
-
-    def _one_shot_16k(self, pcm: bytes) -> bytes:
-        rate = self.config.input_rate
-        if rate == SAMPLE_RATE_IN:
-            return pcm
-        return soxr.resample(np.frombuffer(pcm, dtype="<i2"), rate, SAMPLE_RATE_IN).astype("<i2").tobytes()
 
     def _assistant_parts(self, content: list) -> list[dict]:
         """An answer the client supplies goes into the history as text, after the user's pending text."""
@@ -325,7 +292,7 @@ class RealtimeSession(Session):
         if self._responding():
             raise OpenAIError("Conversation already has an active response in progress",
                               code="conversation_already_has_active_response")
-        overrides = response_overrides(params, self.model.get("voices", []))
+        overrides = response_overrides(params, await self._voices())
         if self.pending.empty():
             raise OpenAIError("nothing to respond to: add a user item (conversation.item.create) or commit audio "
                               "first", code="no_user_input")
