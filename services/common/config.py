@@ -264,6 +264,13 @@ class GatewayConfig:
                                            "Open sessions per client address.", lo=1, hi=10000)
     max_history_turns: int = setting("SOTTO_GATEWAY_MAX_HISTORY_TURNS", 20,
                                      "Turns of history sent to the model (older ones dropped).", lo=0, hi=1000)
+    max_request_bytes: int = setting(
+        "SOTTO_GATEWAY_MAX_REQUEST_BYTES", 8 * 1024 * 1024,
+        "Largest request body on /v1/chat/completions and largest event on /v1/realtime (base64 audio and data-URL "
+        "images travel inside them).", lo=1024, hi=256 * 1024 * 1024)
+    retry_after_s: int = setting("SOTTO_GATEWAY_RETRY_AFTER_S", 1,
+                                 "Retry-After of a 429 answer on /v1/* when the llm is busy or the client over its "
+                                 "request rate.", lo=0, hi=3600)
     system_prompt: str = setting("SOTTO_SYSTEM_PROMPT",
                                  "You are Sotto, a friendly voice assistant. Answer briefly, in plain spoken "
                                  "sentences, without lists or markdown.", "System prompt of every turn.")

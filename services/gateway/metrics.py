@@ -19,3 +19,6 @@ BUSY = Counter("sotto_gateway_busy_total", "Turns refused because the llm servic
 INTERRUPTIONS = Counter("sotto_gateway_interruptions_total", "Turns cut by barge-in, by trigger.", ["trigger"])
 CANCELLED_CALLS = Counter("sotto_gateway_cancelled_calls_total", "gRPC calls the gateway cancelled, by service.",
                           ["service"])
+OPENAI_REQUESTS = Counter("sotto_gateway_openai_requests_total",
+                          "Requests to the OpenAI-compatible HTTP endpoints, by endpoint and HTTP status.",
+                          ["endpoint", "status"])

@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common import config, hardware, logs
+from services.gateway import openai_chat, realtime
 from services.gateway.dependencies import Dependencies
 from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
@@ -109,6 +110,8 @@ def create_app(settings: config.Settings) -> web.Application:
     app.router.add_get("/ws", websocket)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics)
+    openai_chat.add_routes(app)
+    app.router.add_get("/v1/realtime", realtime.websocket)
     app.router.add_static("/static/", STATIC)
     if VENDOR.exists():
         app.router.add_static("/vendor/", VENDOR)

@@ -253,16 +253,18 @@ class Session:
             self.turn.interrupt(self.turn.played_samples, "new_turn")
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self.turn_task), INTERRUPT_WAIT_S)
-        assert self.start is not None
-        settings = TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
-                                language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
-                                deadline_s=self.gw.turn_deadline_ms / 1000.0,
-                                log_content=self.cfg.common.log_content)
         history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
-        self.turn = Turn(inp=inp, settings=settings, history=list(history), llm=self.llm, tts=self.tts,
+        self.turn = Turn(inp=inp, settings=self._turn_settings(), history=list(history), llm=self.llm, tts=self.tts,
                          session_id=self.id, send=self.send)
         self._set_state(State.THINKING, inp.source)
         self.turn_task = asyncio.create_task(self._run_turn(self.turn), name=f"turn-{inp.turn_id}")
+
+    def _turn_settings(self) -> TurnSettings:
+        """What the next turn is asked with (a hook: the Realtime session's own settings override it)."""
+        assert self.start is not None
+        return TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
+                            language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
+                            deadline_s=self.gw.turn_deadline_ms / 1000.0, log_content=self.cfg.common.log_content)
 
     async def _run_turn(self, turn: Turn) -> None:
         with logs.bound(self.id, turn.inp.turn_id):

@@ -47,6 +47,7 @@ class TurnSettings:
     request_timeout_s: float
     deadline_s: float
     log_content: bool = False     # SOTTO_LOG_CONTENT: the typed text and the answer may appear in the logs
+    max_new_tokens: int | None = None  # None: the llm service's default reply length
 
 
 @dataclass
@@ -195,7 +196,8 @@ class Turn:
         return llm_pb2.GenerateRequest(
             session_id=self.session_id, turn_id=self.inp.turn_id, system_prompt=self.settings.system_prompt,
             history=self.history, user=llm_pb2.UserContent(audio_wav=self.inp.audio_wav, images=images,
-                                                           text=self.inp.text))
+                                                           text=self.inp.text),
+            sampling=llm_pb2.Sampling(max_new_tokens=self.settings.max_new_tokens))
 
     async def _tts_requests(self) -> AsyncIterator[tts_pb2.SynthesizeStreamRequest]:
         yield tts_pb2.SynthesizeStreamRequest(
@@ -220,6 +222,7 @@ class Turn:
                     done = message.done
                     self._finish = _LLM_FINISH.get(done.finish_reason, Outcome.STOP)
                     self._timings["llm_queue_ms"] = round(done.timings.queue_wait_ms, 1)
+                    self._timings["llm_prefill_tokens"] = done.timings.prefill_tokens
                     self._timings["llm_decode_tokens"] = done.timings.decode_tokens
                     if done.timings.time_to_first_token_ms:
                         # The engine's own prefill inside the llm service: first_token_ms minus this and the

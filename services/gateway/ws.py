@@ -6,11 +6,13 @@ Cross-site WebSocket hijacking is refused here: a browser always sends `Origin`,
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
 import weakref
 from collections import Counter
+from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
@@ -47,20 +49,57 @@ def origin_allowed(request: web.Request, gw: config.GatewayConfig) -> bool:
     return parts.netloc == request.host and parts.scheme in ("http", "https")
 
 
+def presented_token(request: web.Request) -> str:
+    """`?token=` (the page), or `Authorization: Bearer` (OpenAI clients send their api_key that way)."""
+    auth = request.headers.get("Authorization", "")
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+    return request.query.get("token", "") or bearer
+
+
+def check_caller(request: web.Request) -> None:
+    """Refuse another site's page, and off loopback anyone without the token (raises an HTTP error)."""
+    gw = request.app[SETTINGS].gateway
+    if not origin_allowed(request, gw):
+        _LOGGER.warning("refused_origin", extra={"origin": request.headers.get("Origin"), "path": request.path})
+        raise web.HTTPForbidden(text="cross-origin requests are refused")
+    if gw.token and not hmac.compare_digest(presented_token(request), gw.token):
+        raise web.HTTPUnauthorized(text="a valid ?token= (or Authorization: Bearer) is required")
+
+
+def check_session_room(request: web.Request) -> None:
+    """The gateway's and the client's session limits, before a socket is accepted."""
+    gw = request.app[SETTINGS].gateway
+    if len(request.app[SESSIONS]) >= gw.max_sessions:
+        raise web.HTTPServiceUnavailable(text=f"the gateway already has {gw.max_sessions} sessions open")
+    if request.app[PER_CLIENT][request.remote or "?"] >= gw.max_sessions_per_client:
+        raise web.HTTPTooManyRequests(text=f"at most {gw.max_sessions_per_client} sessions per client")
+
+
+@contextlib.asynccontextmanager
+async def registered(request: web.Request, session: Session) -> AsyncIterator[None]:
+    """Count the session against the limits and tell it of health changes while it lives; close it after."""
+    sessions, per_client, deps = request.app[SESSIONS], request.app[PER_CLIENT], request.app[DEPS]
+    client = request.remote or "?"
+    sessions.add(session)
+    per_client[client] += 1
+    metrics.SESSIONS.inc()
+    deps.listeners.append(session.on_health)
+    try:
+        yield
+    finally:
+        deps.listeners.remove(session.on_health)
+        sessions.discard(session)  # at once: a session in a reference cycle would count until the next GC
+        await session.close()
+        per_client[client] -= 1
+        metrics.SESSIONS.dec()
+        _LOGGER.info("session_closed", extra={"turns": session.turns})
+
+
 async def websocket(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     gw = settings.gateway
-    if not origin_allowed(request, gw):
-        _LOGGER.warning("ws_refused_origin", extra={"origin": request.headers.get("Origin")})
-        raise web.HTTPForbidden(text="cross-origin WebSocket connections are refused")
-    if gw.token and not hmac.compare_digest(request.query.get("token", ""), gw.token):
-        raise web.HTTPUnauthorized(text="a valid ?token= is required")
-    sessions, per_client = request.app[SESSIONS], request.app[PER_CLIENT]
-    client = request.remote or "?"
-    if len(sessions) >= gw.max_sessions:
-        raise web.HTTPServiceUnavailable(text=f"the gateway already has {gw.max_sessions} sessions open")
-    if per_client[client] >= gw.max_sessions_per_client:
-        raise web.HTTPTooManyRequests(text=f"at most {gw.max_sessions_per_client} sessions per client")
+    check_caller(request)
+    check_session_room(request)
     # aiohttp's own cap is set above ours, so a moderately oversized message gets a clear `too_large` error and
     # the socket stays usable; only something far over the limit closes it (code 1009, message too big).
     cap = 4 * max(gw.max_message_bytes, gw.max_jpeg_bytes, gw.max_audio_frame_bytes) + 64
@@ -68,26 +107,17 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     await ws.prepare(request)
     deps = request.app[DEPS]
     session = Session(ws=ws, cfg=settings, channels=deps.channels, model=request.app[MODEL], health=deps.status)
-    sessions.add(session)
-    per_client[client] += 1
-    metrics.SESSIONS.inc()
-    deps.listeners.append(session.on_health)
     with logs.bound(session.id):
         try:
-            async for msg in ws:
-                if msg.type == WSMsgType.TEXT:
-                    if not await session.on_text(msg.data):
+            async with registered(request, session):
+                async for msg in ws:
+                    if msg.type == WSMsgType.TEXT:
+                        if not await session.on_text(msg.data):
+                            break
+                    elif msg.type == WSMsgType.BINARY:
+                        await session.on_binary(msg.data)
+                    elif msg.type == WSMsgType.ERROR:
                         break
-                elif msg.type == WSMsgType.BINARY:
-                    await session.on_binary(msg.data)
-                elif msg.type == WSMsgType.ERROR:
-                    break
         finally:
-            deps.listeners.remove(session.on_health)
-            sessions.discard(session)  # at once: a session in a reference cycle would count until the next GC
-            await session.close()
-            per_client[client] -= 1
-            metrics.SESSIONS.dec()
-            _LOGGER.info("session_closed", extra={"turns": session.turns})
             await ws.close()
     return ws

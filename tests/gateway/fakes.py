@@ -76,6 +76,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     first_delay_s: float = 0.0
     open_after_done: asyncio.Event | None = None  # if given, the call stays open after `done` until it is set
     engine_first_token_ms: float = 1.0  # what `done` reports as the engine's own time to first token
+    prefill_tokens: int = 12  # what `done` reports as the prompt's length; decode tokens are the deltas
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
     cancelled: int = 0  # calls that ended before their handler finished (see count_unfinished)
@@ -89,7 +90,8 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         for delta in self.deltas:
             yield llm_pb2.GenerateEvent(text_delta=delta)
             await asyncio.sleep(self.delta_delay_s)
-        timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.engine_first_token_ms)
+        timings = llm_pb2.GenerateTimings(queue_wait_ms=0.5, time_to_first_token_ms=self.engine_first_token_ms,
+                                          prefill_tokens=self.prefill_tokens, decode_tokens=len(self.deltas))
         yield llm_pb2.GenerateEvent(done=llm_pb2.GenerateDone(finish_reason=llm_pb2.STOP, timings=timings,
                                                               text="".join(self.deltas)))
         if self.open_after_done is not None:

@@ -1,0 +1,195 @@
+"""A Realtime session's settings: `session.update` checked and applied, and the session object the client is shown.
+
+An update is checked whole before any of it applies. Fields Sotto honours change the session; fields that cannot
+change anything here (tracing, the model name, ...) are ignored; fields asking for what Sotto cannot do (tools,
+transcription, other audio formats) are refused with an `error` naming what is accepted (docs/openai.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from services.gateway.openai_common import OpenAIError
+
+INPUT_RATES = (24000, 16000)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
+OUTPUT_RATE = 24000
+_IGNORED = {"model", "tracing", "truncation", "include", "reasoning", "parallel_tool_calls", "tool_choice", "id",
+            "object", "expires_at", "prompt_cache_key"}
+_KNOWN = _IGNORED | {"type", "instructions", "output_modalities", "max_output_tokens", "audio", "tools", "prompt"}
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    threshold: float
+    silence_duration_ms: int
+    create_response: bool = True
+
+
+@dataclass(frozen=True)
+class RealtimeConfig:
+    instructions: str
+    voice: str
+    turn_detection: TurnDetection | None
+    input_rate: int = INPUT_RATES[0]
+    max_output_tokens: int | None = None  # None: the llm service's default reply length
+
+    def session_object(self, *, session_id: str, model: str, prefix_padding_ms: int) -> dict[str, Any]:
+        """The `session` of session.created / session.updated, in the GA shape the SDK parses."""
+        pcm_in, pcm_out = {"type": "audio/pcm", "rate": self.input_rate}, {"type": "audio/pcm", "rate": OUTPUT_RATE}
+        detection = None
+        if self.turn_detection is not None:
+            detection = {"type": "server_vad", "threshold": self.turn_detection.threshold,
+                         "silence_duration_ms": self.turn_detection.silence_duration_ms,
+                         "prefix_padding_ms": prefix_padding_ms, "create_response": self.turn_detection.create_response,
+                         "interrupt_response": True, "idle_timeout_ms": None}
+        return {"type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
+                "output_modalities": ["audio"], "instructions": self.instructions,
+                "max_output_tokens": self.max_output_tokens or "inf", "tools": [], "tool_choice": "auto",
+                "tracing": None, "truncation": "auto", "prompt": None, "include": None,
+                "audio": {"input": {"format": pcm_in, "transcription": None, "noise_reduction": None,
+                                    "turn_detection": detection},
+                          "output": {"format": pcm_out, "voice": self.voice, "speed": 1.0}}}
+
+
+def _dict(value: Any, param: str) -> dict:
+    if not isinstance(value, dict):
+        raise OpenAIError(f"'{param}' must be an object", param=param)
+    return value
+
+
+def _refuse(param: str, accepted: str) -> OpenAIError:
+    return OpenAIError(f"'{param}' is not supported by this server; accepted: {accepted}", param=param,
+                       code="unsupported_parameter")
+
+
+def apply_update(cfg: RealtimeConfig, session: Any, voices: list[str]) -> RealtimeConfig:
+    """`cfg` with a session.update's `session` applied; raises OpenAIError (nothing applied) on any refusal."""
+    session = _dict(session, "session")
+    unknown = sorted(set(session) - _KNOWN)
+    if unknown:
+        raise OpenAIError(f"unknown session field(s): {', '.join(unknown)}", param=f"session.{unknown[0]}")
+    if session.get("type", "realtime") != "realtime":
+        raise _refuse("session.type", '"realtime" (transcription sessions need an asr service)')
+    if session.get("output_modalities") not in (None, ["audio"]):
+        raise _refuse("session.output_modalities", '["audio"] (audio with its transcript)')
+    if session.get("tools"):
+        raise _refuse("session.tools", "[] (no function calling)")
+    if session.get("prompt") is not None:
+        raise _refuse("session.prompt", "null (use instructions)")
+    changes: dict[str, Any] = {}
+    if "instructions" in session:
+        if not isinstance(session["instructions"], str):
+            raise OpenAIError("'session.instructions' must be a string", param="session.instructions")
+        changes["instructions"] = session["instructions"]
+    if "max_output_tokens" in session:
+        changes["max_output_tokens"] = max_output_tokens(session["max_output_tokens"], "session.max_output_tokens")
+    audio = _dict(session.get("audio") or {}, "session.audio")
+    if set(audio) - {"input", "output"}:
+        raise OpenAIError("'session.audio' has 'input' and 'output' only", param="session.audio")
+    changes |= _input(_dict(audio.get("input") or {}, "session.audio.input"), cfg)
+    changes |= _output(_dict(audio.get("output") or {}, "session.audio.output"), voices)
+    return dataclasses.replace(cfg, **changes)
+
+
+def max_output_tokens(value: Any, param: str) -> int | None:
+    if value == "inf" or value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise OpenAIError(f"'{param}' must be an integer from 1 to 4096, or \"inf\"", param=param)
+    return value
+
+
+def _pcm_format(fmt: Any, param: str, rates: tuple[int, ...]) -> int:
+    fmt = _dict(fmt, param)
+    if fmt.get("type", "audio/pcm") != "audio/pcm" or fmt.get("rate", rates[0]) not in rates:
+        accepted = " or ".join(f'{{"type": "audio/pcm", "rate": {r}}}' for r in rates)
+        raise _refuse(param, f"{accepted} (PCM16 mono)")
+    return fmt.get("rate", rates[0])
+
+
+def _input(audio_in: dict, cfg: RealtimeConfig) -> dict[str, Any]:
+    unknown = set(audio_in) - {"format", "transcription", "noise_reduction", "turn_detection"}
+    if unknown:
+        raise OpenAIError(f"unknown field(s) in session.audio.input: {', '.join(sorted(unknown))}",
+                          param="session.audio.input")
+    changes: dict[str, Any] = {}
+    if audio_in.get("format") is not None:
+        changes["input_rate"] = _pcm_format(audio_in["format"], "session.audio.input.format", INPUT_RATES)
+    if audio_in.get("transcription") is not None:
+        raise _refuse("session.audio.input.transcription", "null (transcription needs an asr service, not yet here)")
+    if "turn_detection" in audio_in:
+        changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], cfg.turn_detection)
+    return changes
+
+
+def _turn_detection(value: Any, current: TurnDetection | None) -> TurnDetection | None:
+    if value is None:
+        return None
+    value = _dict(value, "session.audio.input.turn_detection")
+    param = "session.audio.input.turn_detection"
+    if value.get("type") != "server_vad":
+        raise _refuse(f"{param}.type", '"server_vad" (Silero in the vad service), or turn_detection null')
+    if value.get("interrupt_response", True) is not True:
+        raise _refuse(f"{param}.interrupt_response", "true (speech always interrupts the answer)")
+    if value.get("idle_timeout_ms") is not None:
+        raise _refuse(f"{param}.idle_timeout_ms", "null")
+    base = current or TurnDetection(threshold=0.5, silence_duration_ms=500)
+    threshold = value.get("threshold", base.threshold)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise OpenAIError(f"'{param}.threshold' must be a number between 0 and 1", param=f"{param}.threshold")
+    silence = value.get("silence_duration_ms", base.silence_duration_ms)
+    if isinstance(silence, bool) or not isinstance(silence, int) or not 32 <= silence <= 10000:
+        raise OpenAIError(f"'{param}.silence_duration_ms' must be an integer from 32 to 10000",
+                          param=f"{param}.silence_duration_ms")
+    create = value.get("create_response", base.create_response)
+    if not isinstance(create, bool):
+        raise OpenAIError(f"'{param}.create_response' must be a boolean", param=f"{param}.create_response")
+    return TurnDetection(threshold=float(threshold), silence_duration_ms=silence, create_response=create)
+
+
+def _output(audio_out: dict, voices: list[str]) -> dict[str, Any]:
+    unknown = set(audio_out) - {"format", "voice", "speed"}
+    if unknown:
+        raise OpenAIError(f"unknown field(s) in session.audio.output: {', '.join(sorted(unknown))}",
+                          param="session.audio.output")
+    if audio_out.get("format") is not None:
+        _pcm_format(audio_out["format"], "session.audio.output.format", (OUTPUT_RATE,))
+    if audio_out.get("speed", 1.0) != 1.0:
+        raise _refuse("session.audio.output.speed", "1.0")
+    if "voice" not in audio_out:
+        return {}
+    return {"voice": voice(audio_out["voice"], voices, "session.audio.output.voice")}
+
+
+def voice(value: Any, voices: list[str], param: str) -> str:
+    if isinstance(value, dict):
+        value = value.get("id")
+    if not isinstance(value, str) or (voices and value not in voices):
+        raise OpenAIError(f"'{param}' {value!r} is not a voice of this server; accepted: {', '.join(voices)}",
+                          param=param, code="invalid_voice")
+    return value
+
+
+def response_overrides(params: dict, voices: list[str]) -> dict[str, Any]:
+    """A response.create's own instructions, length and voice; what else it may say is checked and refused."""
+    known = {"instructions", "max_output_tokens", "output_modalities", "audio", "conversation", "metadata", "tools",
+             "tool_choice", "input", "prompt"}
+    if unknown := sorted(set(params) - known):
+        raise OpenAIError(f"unknown response field(s): {', '.join(unknown)}", param=f"response.{unknown[0]}")
+    if params.get("conversation", "auto") != "auto" or params.get("input") is not None:
+        raise OpenAIError("responses are always on the session's conversation: 'conversation' \"auto\", no 'input'",
+                          param="response.conversation", code="unsupported_parameter")
+    if params.get("output_modalities") not in (None, ["audio"]) or params.get("tools") or params.get("prompt"):
+        raise OpenAIError("a response is audio with its transcript, without tools or prompt objects",
+                          param="response", code="unsupported_parameter")
+    overrides: dict[str, Any] = {}
+    if isinstance(params.get("instructions"), str):
+        overrides["instructions"] = params["instructions"]
+    if "max_output_tokens" in params:
+        overrides["max_output_tokens"] = max_output_tokens(params["max_output_tokens"], "response.max_output_tokens")
+    out = ((params.get("audio") or {}).get("output") or {})
+    if "voice" in out:
+        overrides["voice"] = voice(out["voice"], voices, "response.audio.output.voice")
+    return overrides

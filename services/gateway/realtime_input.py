@@ -1,0 +1,64 @@
+"""A Realtime session's incoming audio: resampled from the client's rate to the vad's 16 kHz, and what the user
+added since the last answer (texts, images, audio), held for the next turn."""
+
+from __future__ import annotations
+
+import numpy as np
+import soxr
+
+from services.common import audio
+from services.gateway.intake import SAMPLE_RATE_IN
+from services.gateway.openai_common import OpenAIError
+from services.gateway.turn import TurnInput
+
+
+class InputResampler:
+    """PCM16 at the client's rate to 16 kHz: a stream for appended audio (no seams between pieces), or whole."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._stream: soxr.ResampleStream | None = None
+
+    def stream(self, pcm: bytes, last: bool = False) -> bytes:
+        """The next piece; `last` flushes what the filter holds back and starts the next stream afresh."""
+        if self.rate == SAMPLE_RATE_IN:
+            return pcm
+        if self._stream is None:
+            self._stream = soxr.ResampleStream(self.rate, SAMPLE_RATE_IN, 1, dtype="int16")
+        out = self._stream.resample_chunk(np.frombuffer(pcm, dtype="<i2"), last=last)
+        if last:
+            self._stream = None
+        return out.astype("<i2").tobytes()
+
+    def whole(self, pcm: bytes) -> bytes:
+        if self.rate == SAMPLE_RATE_IN:
+            return pcm
+        return soxr.resample(np.frombuffer(pcm, dtype="<i2"), self.rate, SAMPLE_RATE_IN).astype("<i2").tobytes()
+
+
+class PendingInput:
+    """What the user added since the last response: texts, images and audio (16 kHz PCM16), for the next turn."""
+
+    def __init__(self, max_audio_s: float) -> None:
+        self.max_bytes = int(max_audio_s * SAMPLE_RATE_IN) * 2
+        self.texts: list[str] = []
+        self.images: list[bytes] = []
+        self.pcm = bytearray()
+
+    def add_audio(self, pcm: bytes) -> None:
+        if len(self.pcm) + len(pcm) > self.max_bytes:
+            raise OpenAIError(f"the user's audio is over {self.max_bytes // 2 // SAMPLE_RATE_IN} s "
+                              "(SOTTO_MAX_TURN_AUDIO_S)", code="audio_too_long")
+        self.pcm += pcm
+
+    def empty(self) -> bool:
+        return not (self.texts or self.images or self.pcm)
+
+    def take(self, turn_id: str, t_input_end: float, endpoint_ms: float | None = None) -> TurnInput:
+        pcm, self.pcm = bytes(self.pcm), bytearray()
+        inp = TurnInput(turn_id=turn_id, source="speech" if pcm else "text", t_input_end=t_input_end,
+                        text="\n".join(self.texts), audio_wav=audio.wav_bytes(pcm, SAMPLE_RATE_IN) if pcm else b"",
+                        audio_ms=len(pcm) / 2 / (SAMPLE_RATE_IN / 1000), images=self.images,
+                        image_ts=[0.0] * len(self.images), endpoint_ms=endpoint_ms)
+        self.texts, self.images = [], []
+        return inp

@@ -1,0 +1,243 @@
+"""The Realtime socket as a Session sees it: what the session sends in protocol v1 leaves as OpenAI Realtime events.
+
+`RealtimeWire` stands where `Session` expects its WebSocket, so the Realtime endpoint runs the very same session
+and turn pipeline as `/ws`: its writer task calls `send_str` / `send_bytes` here, in order, after dropping the
+audio of an interrupted turn, and each v1 event becomes its OpenAI counterparts (`turn.started` ->
+`response.created`, ...). Events the Realtime session makes itself arrive as dicts, already in OpenAI's shape.
+`Conversation` holds the items as the client knows them, for retrieve and truncate.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import soxr
+from aiohttp import web
+
+from services.gateway.openai_common import new_id
+from services.gateway.protocol import HEADER_BYTES
+from services.gateway.realtime_config import OUTPUT_RATE
+
+# protocol v1 error codes -> OpenAI error types
+_ERROR_TYPES = {"timeout": "server_error", "unavailable": "server_error", "internal": "server_error",
+                "rate_limited": "rate_limit_error"}
+
+
+class Deferred:
+    """An event the wire makes itself when the writer reaches it: items take their place in the conversation in
+    the order the client sees them."""
+
+    def __init__(self, make: Callable[[], Awaitable[None]]) -> None:
+        self.make = make
+
+
+class Conversation:
+    """The items of one Realtime conversation, newest last; audio and image bytes are not kept."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.items: OrderedDict[str, dict] = OrderedDict()
+        self.turn_of: dict[str, str] = {}  # assistant item id -> the turn that spoke it
+
+    def add(self, item: dict) -> str | None:
+        """Append an item (given an id when it has none); returns the id of the item before it."""
+        previous = next(reversed(self.items), None)
+        item.setdefault("id", new_id("item"))
+        item["object"] = "realtime.item"
+        self.items[item["id"]] = item
+        while len(self.items) > self.keep:
+            old, _ = self.items.popitem(last=False)
+            self.turn_of.pop(old, None)
+        return previous
+
+    def get(self, item_id: str) -> dict | None:
+        return self.items.get(item_id)
+
+
+def user_audio_item(item_id: str) -> dict:
+    return {"id": item_id, "type": "message", "role": "user", "status": "completed",
+            "content": [{"type": "input_audio", "transcript": None}]}
+
+
+@dataclass
+class _Response:
+    id: str
+    item_id: str
+    turn_id: str
+    rate: int = OUTPUT_RATE
+    samples: int = 0                  # audio samples sent, at `rate`
+    audio_done: bool = False
+    failure: dict | None = None
+    resampler: soxr.ResampleStream | None = field(default=None, repr=False)
+
+
+class RealtimeWire:
+    def __init__(self, ws: web.WebSocketResponse, conversation: Conversation,
+                 session_object: Callable[[], dict]) -> None:
+        self.ws = ws
+        self.conversation = conversation
+        self.session_object = session_object
+        self.on_audio_sent: Callable[[str, int], None] = lambda turn_id, samples: None
+        self.cancelled_turns: set[str] = set()  # by response.cancel: status_details.reason client_cancelled
+        self.audio_sent: dict[str, tuple[int, int]] = {}  # latest turn id -> (rate, samples sent)
+        self._speech_item: str | None = None
+        self._response: _Response | None = None
+        self._events = 0
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> None:
+        await self.ws.close(code=code, message=message)
+
+    async def emit(self, event: dict) -> None:
+        self._events += 1
+        await self.ws.send_str(json.dumps({"event_id": f"event_{self._events}", **event}, ensure_ascii=False))
+
+    async def send_str(self, data: str | dict | Deferred) -> None:
+        if isinstance(data, Deferred):
+            await data.make()
+            return
+        if isinstance(data, dict):
+            await self.emit(data)
+            return
+        event = json.loads(data)
+        translate = getattr(self, "_on_" + event["type"].replace(".", "_"), None)
+        if translate is not None:  # `health` and `pong` have no OpenAI counterpart
+            await translate(event)
+
+    async def send_bytes(self, frame: bytes) -> None:
+        """An audio-out frame of the current response: its PCM, at 24 kHz, as an output_audio.delta."""
+        r = self._response
+        if r is None:
+            return
+        pcm = frame[HEADER_BYTES:]
+        r.samples += len(pcm) // 2
+        self.audio_sent = {r.turn_id: (r.rate, r.samples)}
+        if r.resampler is not None:
+            pcm = r.resampler.resample_chunk(np.frombuffer(pcm, dtype="<i2")).astype("<i2").tobytes()
+        await self.emit(self._part(r, "response.output_audio.delta", delta=base64.b64encode(pcm).decode()))
+        self.on_audio_sent(r.turn_id, r.samples)
+
+    # -- protocol v1 -> OpenAI -------------------------------------------------------------------------------
+    async def _on_session_ready(self, _: dict) -> None:
+        await self.emit({"type": "session.created", "session": self.session_object()})
+
+    async def _on_speech_started(self, event: dict) -> None:
+        self._speech_item = new_id("item")
+        await self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": int(event["ts_ms"]),
+                         "item_id": self._speech_item})
+
+    async def _on_speech_ended(self, event: dict) -> None:
+        item_id = self._speech_item or new_id("item")
+        self._speech_item = None
+        await self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": int(event["ts_ms"]),
+                         "item_id": item_id})
+        await self.committed(user_audio_item(item_id))
+
+    async def committed(self, item: dict) -> None:
+        """A user's audio became an item: committed, then added and done."""
+        previous = self.conversation.add(item)
+        await self.emit({"type": "input_audio_buffer.committed", "item_id": item["id"], "previous_item_id": previous})
+        await self.item_added(item, previous)
+
+    async def item_added(self, item: dict, previous: str | None) -> None:
+        await self.emit({"type": "conversation.item.added", "item": item, "previous_item_id": previous})
+        await self.emit({"type": "conversation.item.done", "item": item, "previous_item_id": previous})
+
+    async def _on_turn_started(self, event: dict) -> None:
+        turn_id = event["turn_id"]
+        r = self._response = _Response(id=f"resp_{turn_id}", item_id=f"item_{turn_id}", turn_id=turn_id)
+        item = {"id": r.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        previous = self.conversation.add(item)
+        self.conversation.turn_of[r.item_id] = turn_id
+        self.audio_sent = {turn_id: (r.rate, 0)}
+        await self.emit({"type": "response.created", "response": self._response_object(r, "in_progress", [])})
+        await self.emit({"type": "response.output_item.added", "response_id": r.id, "output_index": 0,
+                         "item": item})
+        await self.emit({"type": "conversation.item.added", "item": item, "previous_item_id": previous})
+        await self.emit(self._part(r, "response.content_part.added", part={"type": "audio", "transcript": ""}))
+
+    async def _on_text_delta(self, event: dict) -> None:
+        if (r := self._response) is not None:
+            await self.emit(self._part(r, "response.output_audio_transcript.delta", delta=event["text"]))
+
+    async def _on_audio_start(self, event: dict) -> None:
+        if (r := self._response) is not None and event["sample_rate"] != OUTPUT_RATE:
+            r.rate = event["sample_rate"]
+            r.resampler = soxr.ResampleStream(r.rate, OUTPUT_RATE, 1, dtype="int16")
+
+    async def _on_audio_done(self, _: dict) -> None:
+        if (r := self._response) is not None:
+            await self._audio_done(r)
+
+    async def _audio_done(self, r: _Response) -> None:
+        if r.resampler is not None:
+            tail = r.resampler.resample_chunk(np.zeros(0, dtype=np.int16), last=True).astype("<i2").tobytes()
+            if tail:
+                await self.emit(self._part(r, "response.output_audio.delta", delta=base64.b64encode(tail).decode()))
+        r.audio_done = True
+        await self.emit(self._part(r, "response.output_audio.done"))
+
+    async def _on_busy(self, event: dict) -> None:
+        if (r := self._response) is not None:
+            r.failure = {"type": "rate_limit_error", "code": "model_busy", "message": event["message"]}
+
+    async def _on_error(self, event: dict) -> None:
+        kind = _ERROR_TYPES.get(event["code"], "invalid_request_error")
+        r = self._response
+        if r is not None and event.get("turn_id") == r.turn_id:
+            r.failure = {"type": kind, "code": event["code"], "message": event["message"]}
+        await self.emit({"type": "error", "error": {"type": kind, "code": event["code"], "message": event["message"],
+                                                    "param": None, "event_id": None}})
+
+    async def _on_turn_done(self, event: dict) -> None:
+        r = self._response
+        if r is None or event["turn_id"] != r.turn_id:
+            return
+        self._response = None
+        transcript = event["heard_text"] if event["interrupted"] else event["text"]
+        if not r.audio_done:
+            await self._audio_done(r)
+        await self.emit(self._part(r, "response.output_audio_transcript.done", transcript=transcript))
+        part = {"type": "audio", "transcript": transcript}
+        await self.emit(self._part(r, "response.content_part.done", part=part))
+        status, details = self._status(r, event)
+        item = self.conversation.get(r.item_id) or {"id": r.item_id, "object": "realtime.item"}
+        item.update(type="message", role="assistant", status="completed" if status == "completed" else "incomplete",
+                    content=[{"type": "output_audio", "transcript": transcript}])
+        await self.emit({"type": "response.output_item.done", "response_id": r.id, "output_index": 0, "item": item})
+        await self.emit({"type": "conversation.item.done", "item": item})
+        timings = event.get("timings", {})
+        prefill, decode = int(timings.get("llm_prefill_tokens", 0)), int(timings.get("llm_decode_tokens", 0))
+        response = self._response_object(r, status, [item], details)
+        response["usage"] = {"total_tokens": prefill + decode, "input_tokens": prefill, "output_tokens": decode}
+        await self.emit({"type": "response.done", "response": response})
+
+    def _status(self, r: _Response, event: dict) -> tuple[str, dict | None]:
+        finish = event["finish_reason"]
+        if r.failure is not None or finish in ("busy", "error"):
+            return "failed", {"type": "failed", "error": r.failure}
+        if event["interrupted"]:
+            reason = "client_cancelled" if r.turn_id in self.cancelled_turns else "turn_detected"
+            self.cancelled_turns.discard(r.turn_id)
+            return "cancelled", {"type": "cancelled", "reason": reason}
+        if finish in ("length", "degraded"):
+            return "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
+        return "completed", None
+
+    def _response_object(self, r: _Response, status: str, output: list[dict],
+                         details: dict | None = None) -> dict[str, Any]:
+        session = self.session_object()
+        return {"id": r.id, "object": "realtime.response", "status": status, "status_details": details,
+                "output": output, "conversation_id": None, "output_modalities": ["audio"],
+                "max_output_tokens": session["max_output_tokens"], "metadata": None, "usage": None,
+                "audio": {"output": session["audio"]["output"]}}
+
+    @staticmethod
+    def _part(r: _Response, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0,
+                **fields}
