@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 from services.llm.context import overflow
 from services.llm.conversations import Turn, close_quietly, content
 from services.llm.errors import EngineError, InvalidInput
-from services.llm.native_log import stderr_tap
+from services.llm.native_log import StderrTap, stderr_tap
 
 if TYPE_CHECKING:
     from services.llm.engine import LlmEngine
@@ -198,7 +198,7 @@ class Generation:
                 close_quietly(conversation)  # cancelled, cut short or failed: rebuild next time
             engine.lock.release()
 
-    def _open(self, held, tap, mark) -> _Opened | None:
+    def _open(self, held: Any, tap: StderrTap, mark: str) -> _Opened | None:
         """Send the user turn to the held conversation, or to a new one with the history that fits (None: stopped
         first). LiteRT-LM refuses a prompt over the context before it produces anything, so the first message is
         awaited here: on that refusal the conversation is rebuilt with fewer turns (what the refusal counts beyond
