@@ -167,8 +167,11 @@ async def test_a_prompt_over_the_context_is_invalid_and_long_conversations_are_t
         assert "tokens" in errors[0]["message"] and "2047" in errors[0]["message"], errors
         for _ in range(4):  # each turn about 900 tokens: the third no longer fits beside the first two
             record = await client.text_turn((SENTENCE * 23)[:900], timeout=120)
-            assert "error" not in record.types, record.events
-            assert record.done["finish_reason"] in ("stop", "length"), record.done
+            # The llm answers every turn in full. (Kokoro on a loaded machine may miss the deadline on the tiny
+            # model's gibberish: a `timeout` that names the tts is not the llm's.)
+            assert record.done["timings"].get("llm_decode_tokens"), record.done
+            errors = [e for e in record.events if e["type"] == "error"]
+            assert all(e["code"] == "timeout" and "tts" in e["message"] for e in errors), errors
 
 
 async def _barrage(stack: RealStack, at_limit: bytes, rounds: int) -> None:
