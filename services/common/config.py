@@ -283,6 +283,10 @@ class GatewayConfig:
                          "Shared secret required (as ?token=) when SOTTO_HOST is not a loopback address.")
     allowed_origins: str = setting("SOTTO_GATEWAY_ALLOWED_ORIGINS", "",
                                    "Extra comma-separated origins allowed on /ws (the gateway's own always is).")
+    allowed_hosts: str = setting(
+        "SOTTO_GATEWAY_ALLOWED_HOSTS", "",
+        "Extra comma-separated host names the gateway answers to (Host header), beside loopback names and "
+        "addresses and SOTTO_HOST; any other host gets 421, which stops DNS rebinding.")
     tls_cert: Path | None = setting("SOTTO_GATEWAY_TLS_CERT", None, "TLS certificate (PEM) to serve https/wss.")
     tls_key: Path | None = setting("SOTTO_GATEWAY_TLS_KEY", None, "TLS private key (PEM).")
 

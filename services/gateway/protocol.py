@@ -6,11 +6,14 @@ code and message go back to the client as an `error` event. Nothing here does I/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
+
+import orjson
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHId")  # kind, flags, reserved, sequence, timestamp ms
@@ -69,8 +72,11 @@ def parse_frame(data: bytes, max_audio_bytes: int, max_jpeg_bytes: int) -> Frame
     return Frame(FrameKind(kind), sequence, ts_ms, payload)
 
 
+# Each client message is a dataclass whose fields are its JSON fields: a field without a default is required, and
+# its annotation is the JSON type it must have. `parse_message` checks every message against these, in one place.
 @dataclass(frozen=True)
 class SessionStart:
+    protocol: int
     sample_rate: int = 16000
     client_vad: bool = False
     voice: str = ""
@@ -86,7 +92,7 @@ class TypedText:
 
 @dataclass(frozen=True)
 class Interrupt:
-    turn_id: str
+    turn_id: str  # "" stands for the turn in progress
     played_samples: int
 
 
@@ -107,66 +113,80 @@ class Ping:
 
 
 ClientMessage = SessionStart | TypedText | Interrupt | Playback | AudioEnd | Ping
+MESSAGES: dict[str, type[ClientMessage]] = {"session.start": SessionStart, "audio.end": AudioEnd, "text": TypedText,
+                                            "interrupt": Interrupt, "playback": Playback, "ping": Ping}
+# A field's annotation (a string: see `from __future__`) -> the Python type JSON decodes it to, and its JSON name.
+_FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (bool, "a boolean")}
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
+               bool: "a boolean", type(None): "null"}
 ACCEPTED_SAMPLE_RATES = (16000,)
 # What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `audio.start` states the
 # rate of that turn's audio, which is what a client plays it at.
 SAMPLE_RATE_OUT = 24000
 
 
-def _field(obj: dict[str, Any], name: str, typ: type | tuple[type, ...], default: Any = ...) -> Any:
-    if name not in obj:
-        if default is ...:
-            raise ProtocolError("bad_message", f"'{obj.get('type')}' needs a '{name}' field")
-        return default
-    value = obj[name]
-    if isinstance(value, bool) and typ in (int, (int, float)):
-        raise ProtocolError("bad_message", f"'{name}' must be a number, got a boolean")
-    if not isinstance(value, typ):
-        expected = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-        raise ProtocolError("bad_message", f"'{name}' must be {expected}, got {type(value).__name__}")
-    return value
-
-
-def parse_message(text: str, max_bytes: int, max_text_chars: int) -> ClientMessage:
-    if len(text.encode()) > max_bytes:
-        raise ProtocolError("too_large", f"message of {len(text.encode())} bytes is over the {max_bytes}-byte limit")
+def decode_json(text: str) -> Any:
+    """JSON as RFC 8259 has it, decoded without recursion: orjson refuses nesting deeper than 1024 levels, a number
+    too large for a double, NaN and Infinity, and any string holding a lone UTF-16 surrogate (an escape such as
+    \\ud800 without its pair), so every string that comes out can be encoded as UTF-8 and sent on in protobuf."""
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProtocolError("bad_message", f"not valid JSON ({exc.msg} at position {exc.pos})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
-        raise ProtocolError("bad_message", "a message must be a JSON object with a string 'type'")
-    kind = obj["type"]
-    if kind == "session.start":
-        version = _field(obj, "protocol", int)
-        if version != PROTOCOL_VERSION:
-            raise ProtocolError("protocol", f"protocol {version} is not supported; this gateway speaks {PROTOCOL_VERSION}")
-        rate = _field(obj, "sample_rate", int, 16000)
-        if rate not in ACCEPTED_SAMPLE_RATES:
-            raise ProtocolError("protocol", f"sample_rate {rate} is not accepted; send PCM16 at "
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        hint = "; strings must be valid Unicode" if "surrogate" in exc.msg else ""
+        raise ProtocolError("bad_message", f"not valid JSON ({exc.msg} at position {exc.pos}{hint})") from None
+
+
+def _fields_of(kind: str, cls: type[ClientMessage], obj: dict[str, Any]) -> dict[str, Any]:
+    """The message's declared fields out of `obj`: each required one present, each one of its declared type (other
+    keys are ignored, for clients newer than this gateway)."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in obj:
+            if f.default is dataclasses.MISSING:
+                raise ProtocolError("bad_message", f"'{kind}' needs a '{f.name}' field")
+            continue
+        value = obj[f.name]
+        expected, described = _FIELD_TYPES[f.type]
+        if type(value) is not expected:  # not isinstance: a boolean is no integer here
+            raise ProtocolError("bad_message", f"'{f.name}' must be {described}, got {_JSON_NAMES[type(value)]}")
+        values[f.name] = value
+    return values
+
+
+def _checked(msg: ClientMessage, max_text_chars: int) -> ClientMessage:
+    """What a well-typed field may still get wrong; typed text comes back stripped."""
+    if isinstance(msg, SessionStart):
+        if msg.protocol != PROTOCOL_VERSION:
+            raise ProtocolError("protocol", f"protocol {msg.protocol} is not supported; this gateway speaks "
+                                            f"{PROTOCOL_VERSION}")
+        if msg.sample_rate not in ACCEPTED_SAMPLE_RATES:
+            raise ProtocolError("protocol", f"sample_rate {msg.sample_rate} is not accepted; send PCM16 at "
                                             f"{' or '.join(map(str, ACCEPTED_SAMPLE_RATES))} Hz")
-        return SessionStart(rate, _field(obj, "client_vad", bool, False), _field(obj, "voice", str, ""),
-                            _field(obj, "language", str, ""), _field(obj, "camera", bool, False),
-                            _field(obj, "turn_hold", bool, False))
-    if kind == "text":
-        body = _field(obj, "text", str).strip()
+    elif isinstance(msg, TypedText):
+        body = msg.text.strip()
         if not body:
             raise ProtocolError("bad_message", "'text' is empty")
         if len(body) > max_text_chars:
             raise ProtocolError("too_large", f"text of {len(body)} characters is over the {max_text_chars} limit")
         return TypedText(body)
-    if kind in ("interrupt", "playback"):
-        turn_id = _field(obj, "turn_id", str, "")
-        played = _field(obj, "played_samples", int, 0)
-        if played < 0:
-            raise ProtocolError("bad_message", "'played_samples' must be >= 0")
-        return Interrupt(turn_id, played) if kind == "interrupt" else Playback(turn_id, played)
-    if kind == "audio.end":
-        return AudioEnd()
-    if kind == "ping":
-        return Ping()
-    raise ProtocolError("bad_message", f"unknown message type '{kind[:40]}'; accepted: session.start, audio.end, "
-                                       "text, interrupt, playback, ping")
+    elif isinstance(msg, (Interrupt, Playback)) and msg.played_samples < 0:
+        raise ProtocolError("bad_message", "'played_samples' must be >= 0")
+    return msg
+
+
+def parse_message(text: str, max_bytes: int, max_text_chars: int) -> ClientMessage:
+    """The one way in for every JSON message: size, safe decoding, the declared fields, then their values."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise ProtocolError("too_large", f"message of {size} bytes is over the {max_bytes}-byte limit")
+    obj = decode_json(text)
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+        raise ProtocolError("bad_message", "a message must be a JSON object with a string 'type'")
+    kind = obj["type"]
+    cls = MESSAGES.get(kind)
+    if cls is None:
+        raise ProtocolError("bad_message", f"unknown message type '{kind[:40]}'; accepted: {', '.join(MESSAGES)}")
+    return _checked(cls(**_fields_of(kind, cls, obj)), max_text_chars)
 
 
 def event(kind: str, **fields: Any) -> str:

@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from services.common import config, hardware, logs
 from services.gateway import openai_chat, realtime
 from services.gateway.dependencies import Dependencies
+from services.gateway.hosts import host_check
 from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
@@ -94,7 +95,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: config.Settings) -> web.Application:
     common, gw = settings.common, settings.gateway
     hardware.register()
-    app = web.Application()
+    app = web.Application(middlewares=[host_check(settings)])
     app[SETTINGS] = settings
     app[DEPS] = Dependencies(
         addresses={"vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),

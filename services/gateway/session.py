@@ -155,21 +155,23 @@ class Session:
             self.history[-1].interrupted = True
             _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard)})
 
-    async def on_binary(self, data: bytes) -> None:
+    async def on_binary(self, data: bytes) -> bool:
+        """Handle one binary frame; returns False when the session must close."""
         if not self._admit():
-            return
+            return True
         if self.start is None:
-            self.error("protocol", "send session.start before media")
-            return
+            self.error("protocol", "the first message must be session.start, not media")
+            return False
         try:
             frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
             if frame.kind == FrameKind.JPEG:
                 self.intake.camera(frame)
-                return
+                return True
         except ProtocolError as exc:
             self.error(exc.code, exc.message)
-            return
+            return True
         await self.intake.audio(frame)
+        return True
 
     def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
         assert self.vad is not None  # media is refused before session.start, which opens the link

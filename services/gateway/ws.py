@@ -115,7 +115,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
                         if not await session.on_text(msg.data):
                             break
                     elif msg.type == WSMsgType.BINARY:
-                        await session.on_binary(msg.data)
+                        if not await session.on_binary(msg.data):
+                            break
                     elif msg.type == WSMsgType.ERROR:
                         break
         finally:

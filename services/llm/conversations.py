@@ -24,6 +24,14 @@ class Turn:
     text: str
 
 
+def content(turn: Turn) -> str:
+    """What a rebuilt conversation says for a history turn. One whose content was media only (a spoken question)
+    gets a stand-in: the history is text, and the audio lived only in the discarded conversation's KV cache."""
+    if turn.text:
+        return turn.text
+    return "(spoken; the audio is no longer available)" if turn.role == "user" else "(no reply)"
+
+
 @dataclasses.dataclass
 class Held:
     """A live conversation and what it holds."""

@@ -20,7 +20,8 @@ import wave
 from pathlib import Path
 
 from services.llm import gpu, media
-from services.llm.conversations import ConversationCache, close_quietly
+from services.llm.context import ContextBudget
+from services.llm.conversations import ConversationCache, Turn, close_quietly, content
 from services.llm.errors import EngineError, InvalidInput
 from services.llm.generation import (
     Event,
@@ -40,12 +41,6 @@ __all__ = ["DEFAULT_CACHE_DIR", "EngineConfig", "Event", "FinishReason", "Finish
 _LOGGER = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "sotto" / "litert-lm"
-
-
-def _unheld_content(role: str) -> str:
-    """What a rebuilt conversation says for a turn whose content was media only (a spoken question): the
-    history is text, and the audio lived only in the discarded conversation's KV cache."""
-    return "(spoken; the audio is no longer available)" if role == "user" else "(no reply)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +146,7 @@ class LlmEngine:
             context_tokens=plan.context_tokens,
             memory=plan,
         )
+        self.context = ContextBudget(self._engine.tokenize, plan.context_tokens, self._markup_tokens())
         self.lock = threading.Lock()  # held by the running Generation
         self.sessions = ConversationCache(config.max_sessions, close=close_quietly)  # used under `lock`
         _LOGGER.info("loaded %s in %.2f s: %s", self.info.name, self.load_seconds, self.info)
@@ -197,6 +193,20 @@ class LlmEngine:
             )
         except RuntimeError as exc:
             raise EngineError(f"cannot load model {path.name} on {backend}", tap.reason_since(mark) or str(exc)) from exc
+
+    def _markup_tokens(self) -> int:
+        """The tokens the chat template puts around one message (and the reply's opening), from the template."""
+        tap = stderr_tap()
+        mark = tap.mark()
+        try:
+            conversation = self._engine.create_conversation()
+            try:
+                rendered = conversation.render_message_to_string({"role": "user", "content": "x"})
+            finally:
+                close_quietly(conversation)
+            return len(self._engine.tokenize(rendered)) - len(self._engine.tokenize("x"))
+        except RuntimeError as exc:
+            raise EngineError("cannot read the model's chat template", tap.reason_since(mark) or str(exc)) from exc
 
     def _backend(self, name: str, threads: int | None):
         if name == "cpu":
@@ -257,16 +267,17 @@ class LlmEngine:
                 f"bad sampling (temperature {s.temperature} >= 0, top_p {s.top_p} in [0, 1], top_k {s.top_k} >= 1)"
             )
 
-    def new_conversation(self, request: GenerateRequest):
-        """A fresh conversation holding the request's system prompt and history."""
+    def new_conversation(self, request: GenerateRequest, history: tuple[Turn, ...]):
+        """A fresh conversation holding the request's system prompt and `history` (the request's, or its newest
+        turns)."""
         s = request.sampling
         sampler = self._lm.SamplerConfig(top_k=s.top_k, top_p=s.top_p, temperature=s.temperature, seed=s.seed)
-        history = [{"role": turn.role, "content": turn.text or _unheld_content(turn.role)} for turn in request.history]
+        messages = [{"role": turn.role, "content": content(turn)} for turn in history]
         tap = stderr_tap()
         mark = tap.mark()
         try:
             return self._engine.create_conversation(
-                messages=history or None,
+                messages=messages or None,
                 system_message=request.system_prompt or None,
                 sampler_config=sampler,
             )

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import threading
 import time
-from typing import TYPE_CHECKING, Iterator, Union
+from typing import TYPE_CHECKING, Any, Iterator, Union
 
-from services.llm.conversations import Turn, close_quietly
-from services.llm.errors import EngineError
-from services.llm.native_log import stderr_tap
+from services.llm.context import overflow
+from services.llm.conversations import Turn, close_quietly, content
+from services.llm.errors import EngineError, InvalidInput
+from services.llm.native_log import StderrTap, stderr_tap
 
 if TYPE_CHECKING:
     from services.llm.engine import LlmEngine
@@ -78,9 +80,21 @@ class Finished:
     total_s: float
     context_tokens: int  # tokens the conversation holds after this turn
     reused_conversation: bool
+    history_dropped: int = 0  # the oldest history turns left out to fit the context
 
 
 Event = Union[TextDelta, Finished]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Opened:
+    """A conversation that took the user turn, and its stream of messages."""
+
+    conversation: Any
+    stream: Iterator
+    tokens_before: int
+    reused: bool
+    dropped: int
 
 
 def _conversation_key(request: GenerateRequest) -> tuple:
@@ -133,27 +147,23 @@ class Generation:
                 yield self._finished("", started, None, None, 0, 0, reused=False)
                 return
             key = _conversation_key(request)
-            conversation = engine.sessions.take(request.session_id, key, request.history)
-            reused = conversation is not None
-            if conversation is None:
-                conversation = engine.new_conversation(request)
-            tokens_before = conversation.token_count
-            with self._state_lock:
-                self._conversation = conversation
-                stopped_early = self._stop_reason is not None
-            if stopped_early:
-                yield self._finished("", started, None, None, tokens_before, tokens_before, reused=reused)
-                return
+            held = engine.sessions.take(request.session_id, key, request.history)
+            if held is not None and not engine.context.fits_after(held.token_count, request.text,
+                                                                  request.sampling.max_new_tokens):
+                close_quietly(held)  # it is full: rebuilt with the history that fits
+                held = None
             timer.start()
             tap = stderr_tap()
             mark = tap.mark()
-            stream = conversation.send_message_async(
-                engine.message(request), max_output_tokens=request.sampling.max_new_tokens
-            )
+            opened = self._open(held, tap, mark)
+            if opened is None:  # stopped before the prompt went in
+                yield self._finished("", started, None, None, 0, 0, reused=held is not None)
+                return
+            conversation = opened.conversation
             parts: list[str] = []
             first_token_at = None
             try:
-                for message in stream:
+                for message in opened.stream:
                     text = "".join(c.text for c in message.contents.contents if hasattr(c, "text"))
                     if not text or self._stop_reason is not None:
                         continue  # after a cancel, drain what the native thread still sends
@@ -164,7 +174,7 @@ class Generation:
             except GeneratorExit:
                 # The consumer walked away: stop the native decode (it would go on otherwise).
                 self._stop(FinishReason.CANCELLED)
-                _drain(stream)
+                _drain(opened.stream)
                 raise
             except RuntimeError as exc:
                 raise EngineError("generation failed", tap.reason_since(mark) or str(exc)) from exc
@@ -173,9 +183,8 @@ class Generation:
                 with self._state_lock:
                     self._ended = True
             reply = "".join(parts)
-            finished = self._finished(
-                reply, started, first_token_at, conversation, tokens_before, conversation.token_count, reused=reused
-            )
+            finished = self._finished(reply, started, first_token_at, conversation, opened.tokens_before,
+                                      conversation.token_count, reused=opened.reused, dropped=opened.dropped)
             if finished.finish_reason is FinishReason.STOP:
                 turns = request.history + (Turn("user", request.text), Turn("assistant", reply))
                 engine.sessions.put(request.session_id, conversation, key, turns)
@@ -189,7 +198,50 @@ class Generation:
                 close_quietly(conversation)  # cancelled, cut short or failed: rebuild next time
             engine.lock.release()
 
-    def _finished(self, text, started, first_token_at, conversation, tokens_before, tokens_after, *, reused) -> Finished:
+    def _open(self, held: Any, tap: StderrTap, mark: str) -> _Opened | None:
+        """Send the user turn to the held conversation, or to a new one with the history that fits (None: stopped
+        first). LiteRT-LM refuses a prompt over the context before it produces anything, so the first message is
+        awaited here: on that refusal the conversation is rebuilt with fewer turns (what the refusal counts beyond
+        the text is the media's share), and with no turn left to drop the request is refused as invalid."""
+        engine, request = self._engine, self._request
+        turns = [(turn.role, content(turn)) for turn in request.history]
+        conversation, dropped, counted, media_tokens = held, 0, None, 0
+        while True:
+            if conversation is None:
+                dropped, counted = engine.context.plan(
+                    turns, system_prompt=request.system_prompt, user_text=request.text,
+                    reserve=request.sampling.max_new_tokens, media_tokens=media_tokens,
+                    at_least=0 if counted is None else dropped + 1)
+                conversation = engine.new_conversation(request, request.history[dropped:])
+            with self._state_lock:
+                self._conversation = conversation
+                stopped = self._stop_reason is not None
+            if stopped:
+                close_quietly(conversation)
+                return None
+            tokens_before = conversation.token_count
+            stream = conversation.send_message_async(engine.message(request),
+                                                     max_output_tokens=request.sampling.max_new_tokens)
+            try:
+                first = next(stream, None)
+            except RuntimeError as exc:
+                with self._state_lock:
+                    self._conversation = None
+                close_quietly(conversation)
+                too_long = overflow(str(exc))
+                if too_long is None:
+                    raise EngineError("generation failed", tap.reason_since(mark) or str(exc)) from exc
+                if counted is not None and dropped == len(turns):
+                    raise InvalidInput(too_long.describe()) from None
+                if counted is not None:
+                    media_tokens = max(media_tokens, too_long.prompt_tokens - counted)
+                conversation = None
+                continue
+            rest = stream if first is None else itertools.chain([first], stream)
+            return _Opened(conversation, rest, tokens_before, reused=conversation is held, dropped=dropped)
+
+    def _finished(self, text, started, first_token_at, conversation, tokens_before, tokens_after, *, reused,
+                  dropped: int = 0) -> Finished:
         request = self._request
         prefill = decode = 0
         prefill_rate = decode_rate = 0.0
@@ -220,6 +272,7 @@ class Generation:
             total_s=now - started,
             context_tokens=tokens_after,
             reused_conversation=reused,
+            history_dropped=dropped,
         )
 
 

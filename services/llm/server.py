@@ -166,6 +166,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
             "finish": finished.finish_reason.value, "prefill_tokens": finished.prefill_tokens,
             "decode_tokens": finished.decode_tokens, "ttft_ms": round((finished.time_to_first_token_s or 0) * 1000),
             "total_ms": round(finished.total_s * 1000), "reused": finished.reused_conversation,
+            "history_dropped": finished.history_dropped,
         })
 
     def _engine_for(self, request) -> LlmEngine:

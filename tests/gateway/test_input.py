@@ -24,10 +24,10 @@ async def _still_usable(client) -> None:
     ("{not json", "bad_message", "not valid JSON"),
     ('["a list"]', "bad_message", "JSON object"),
     ('{"type": "dance"}', "bad_message", "unknown message type 'dance'"),
-    ('{"type": "text", "text": 42}', "bad_message", "'text' must be str"),
+    ('{"type": "text", "text": 42}', "bad_message", "'text' must be a string"),
     ('{"type": "text", "text": "   "}', "bad_message", "empty"),
-    ('{"type": "interrupt", "played_samples": -5}', "bad_message", ">= 0"),
-    ('{"type": "interrupt", "played_samples": true}', "bad_message", "must be a number"),
+    ('{"type": "interrupt", "turn_id": "", "played_samples": -5}', "bad_message", ">= 0"),
+    ('{"type": "interrupt", "turn_id": "", "played_samples": true}', "bad_message", "an integer, got a boolean"),
     ('{"type": "text", "text": "' + "a" * 3000 + '"}', "too_large", "2000"),
 ])
 async def test_malformed_messages_get_a_clear_error(stack, connect, raw, code, says) -> None:

@@ -153,6 +153,27 @@ async def test_frame_far_over_the_limit_closes_only_that_socket(stack: RealStack
         await ping_pong(other)
 
 
+SENTENCE = "the quiet river runs past the old mill. "  # the tiny model's tokenizer: about one token a character
+
+
+async def test_a_prompt_over_the_context_is_invalid_and_long_conversations_are_trimmed(stack: RealStack) -> None:
+    """The tiny model's context is 2048 tokens. A typed turn under the 2000-character limit but over the context
+    is refused as `invalid` (the llm is healthy: the next turn works); a conversation whose history grows past the
+    context goes on, its oldest turns dropped, instead of failing once the context is full."""
+    async with GatewayClient(stack.ws_url) as client:
+        too_long = await client.text_turn((SENTENCE * 50)[:1990], timeout=120)
+        errors = [e for e in too_long.events if e["type"] == "error"]
+        assert [e["code"] for e in errors] == ["invalid"], too_long.events
+        assert "tokens" in errors[0]["message"] and "2047" in errors[0]["message"], errors
+        for _ in range(4):  # each turn about 900 tokens: the third no longer fits beside the first two
+            record = await client.text_turn((SENTENCE * 23)[:900], timeout=120)
+            # The llm answers every turn in full. (Kokoro on a loaded machine may miss the deadline on the tiny
+            # model's gibberish: a `timeout` that names the tts is not the llm's.)
+            assert record.done["timings"].get("llm_decode_tokens"), record.done
+            errors = [e for e in record.events if e["type"] == "error"]
+            assert all(e["code"] == "timeout" and "tts" in e["message"] for e in errors), errors
+
+
 async def _barrage(stack: RealStack, at_limit: bytes, rounds: int) -> None:
     for _ in range(rounds):
         async with GatewayClient(stack.ws_url) as client:

@@ -71,6 +71,20 @@ async def test_cross_origin_websocket_is_refused_by_the_real_gateway(stack: Real
         await ws.close()
 
 
+async def test_dns_rebinding_is_refused_by_the_real_gateway(stack: RealStack) -> None:
+    """A page on another site whose name now resolves to 127.0.0.1: its `Origin` equals its `Host`, so only the
+    Host check stands in its way, on the page's HTTP requests and on /ws alike."""
+    host = f"rebind.evil.example:{stack.ports['SOTTO_GATEWAY_PORT']}"
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+            await http.ws_connect(stack.ws_url, headers={"Host": host, "Origin": f"http://{host}"})
+        assert info.value.status == 421
+        async with http.get(f"{stack.http_url}/", headers={"Host": host}) as reply:
+            assert reply.status == 421
+        async with http.get(f"{stack.http_url}/healthz") as reply:  # the gateway's own name is still served
+            assert reply.status == 200
+
+
 def test_non_loopback_host_without_token_is_refused(tmp_path) -> None:
     settings = config.load_all({})
     exposed = dataclasses.replace(settings, common=dataclasses.replace(settings.common, host="0.0.0.0"))
