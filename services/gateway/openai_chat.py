@@ -24,6 +24,7 @@ from services.common import logs
 from services.gateway import metrics
 from services.gateway.openai_chat_request import ChatRequest, parse_chat_request
 from services.gateway.openai_common import OpenAIError, new_id
+from services.gateway.protocol import ProtocolError, decode_json
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.ws import DEPS, SETTINGS, check_caller
 from sotto.v1 import llm_pb2, llm_pb2_grpc
@@ -93,9 +94,9 @@ async def read_json(request: web.Request, limit: int) -> Any:
             raise OpenAIError(f"the request body is over the {limit}-byte limit (SOTTO_GATEWAY_MAX_REQUEST_BYTES)",
                               code="request_too_large", status=413)
     try:
-        return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise OpenAIError(f"the body is not valid JSON ({exc})") from None
+        return decode_json(bytes(body))  # the same safe decoding as /ws (depth, number size, lone surrogates)
+    except ProtocolError as exc:
+        raise OpenAIError(f"the body is {exc.message}") from None
 
 
 def rpc_error(exc: grpc.aio.AioRpcError, retry_after_s: int) -> OpenAIError:

@@ -125,7 +125,7 @@ ACCEPTED_SAMPLE_RATES = (16000,)
 SAMPLE_RATE_OUT = 24000
 
 
-def decode_json(text: str) -> Any:
+def decode_json(text: str | bytes) -> Any:
     """JSON as RFC 8259 has it, decoded without recursion: orjson refuses nesting deeper than 1024 levels, a number
     too large for a double, NaN and Infinity, and any string holding a lone UTF-16 surrogate (an escape such as
     \\ud800 without its pair), so every string that comes out can be encoded as UTF-8 and sent on in protobuf."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,8 @@ from aiohttp import WSMsgType, web
 from services.common import audio, config, logs
 from services.gateway.intake import SAMPLE_RATE_IN
 from services.gateway.openai_common import OpenAIError, image_from_url, new_id, pcm16
-from services.gateway.protocol import Frame, FrameKind, SessionStart
+from services.gateway.protocol import (PROTOCOL_VERSION, Frame, FrameKind, ProtocolError, SessionStart,
+                                       decode_json)
 from services.gateway.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
 from services.gateway.realtime_input import InputResampler, PendingInput
 from services.gateway.realtime_wire import Conversation, Deferred, RealtimeWire, user_audio_item
@@ -63,7 +63,7 @@ class RealtimeSession(Session):
             "response.cancel": self._response_cancel}
 
     def open(self) -> None:
-        self._open(SessionStart(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
+        self._open(SessionStart(protocol=PROTOCOL_VERSION, sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
         self._apply_vad_settings()
 
     def _session_object(self) -> dict:
@@ -103,9 +103,9 @@ class RealtimeSession(Session):
                 raise OpenAIError(f"event over the {self.gw.max_request_bytes}-byte limit "
                                   "(SOTTO_GATEWAY_MAX_REQUEST_BYTES)", code="event_too_large")
             try:
-                event = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise OpenAIError(f"not valid JSON ({exc.msg} at position {exc.pos})", code="invalid_json") from None
+                event = decode_json(text)  # the same safe decoding as /ws (depth, number size, lone surrogates)
+            except ProtocolError as exc:
+                raise OpenAIError(exc.message, code="invalid_json") from None
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise OpenAIError("an event must be a JSON object with a string 'type'", param="type")
             kind = event["type"]

@@ -154,3 +154,15 @@ async def test_models_lists_the_llms_model_and_a_cross_site_page_is_refused(stac
                              json={"model": "any", "messages": [{"role": "user", "content": "Hi"}]}) as response:
             assert response.status == 403
     assert not stack.llm.requests
+
+
+@pytest.mark.parametrize("body", [b'{"model": "a", "messages": [{"role": "user", "content": "\\ud800 hi"}]}',
+                                  b'{"model": "a", "a": ' + b"[" * 30000 + b"]" * 30000 + b"}",
+                                  b'{"model": "a", "max_tokens": ' + b"9" * 5000 + b"}"],
+                         ids=["lone surrogate", "deep nesting", "huge integer"])
+async def test_hostile_json_is_a_400_like_on_the_websocket(stack: Stack, body: bytes) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{stack.url}/v1/chat/completions", data=body) as response:
+            assert response.status == 400
+            assert "not valid JSON" in (await response.json())["error"]["message"]
+    assert not stack.llm.requests

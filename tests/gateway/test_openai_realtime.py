@@ -238,3 +238,16 @@ async def test_a_binary_frame_is_refused_and_the_session_goes_on(stack: Stack) -
         await ws.send_json({"type": "session.update", "session": {"type": "realtime"}})
         assert (await ws.receive_json())["type"] == "session.updated"
     assert error["type"] == "error" and "input_audio_buffer.append" in error["error"]["message"]
+
+
+@pytest.mark.parametrize("text", ['{"type": "\\ud800"}', '{"type": "x", "a": ' + "[" * 30000 + "]" * 30000 + "}",
+                                  '{"type": "response.cancel", "n": ' + "9" * 5000 + "}"],
+                         ids=["lone surrogate", "deep nesting", "huge integer"])
+async def test_hostile_json_is_an_error_and_the_session_goes_on(stack: Stack, text: str) -> None:
+    async with aiohttp.ClientSession() as http, http.ws_connect(f"{stack.url}/v1/realtime") as ws:
+        assert (await ws.receive_json())["type"] == "session.created"
+        await ws.send_str(text)
+        error = await ws.receive_json()
+        await ws.send_json({"type": "session.update", "session": {"type": "realtime"}})
+        assert (await ws.receive_json())["type"] == "session.updated"
+    assert error["type"] == "error" and "not valid JSON" in error["error"]["message"]
