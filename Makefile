@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 KIT_VENV := .venv-models
 KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
-EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
+EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
 .PHONY: install system-deps web-assets models-offline prepare proto up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
