@@ -43,8 +43,8 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "sotto" / "litert-lm"
 
 
 def _unheld_content(role: str) -> str:
-    """What a rebuilt conversation says for a turn whose content was media only (a spoken question): the
-    history is text, and the audio lived only in the discarded conversation's KV cache."""
+    """What a rebuilt conversation says for a turn whose content was media only and came without words (a spoken
+    question nobody transcribed): the history is text, and the audio lived only in the discarded KV cache."""
     return "(spoken; the audio is no longer available)" if role == "user" else "(no reply)"
 
 

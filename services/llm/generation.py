@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterator, Union
 
-from services.llm.conversations import Turn, close_quietly
+from services.llm.conversations import Turn, audio_digest, close_quietly
 from services.llm.errors import EngineError
 from services.llm.native_log import stderr_tap
 
@@ -50,7 +50,8 @@ class Sampling:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GenerateRequest:
     """One user turn. `history` holds the earlier turns as (role, text); the user turns' text must
-    be what was sent, and the assistant turns' text what was returned, for a session to be reused."""
+    be what was sent (a spoken turn's: its audio digest), and the assistant turns' text what was returned,
+    for a session to be reused."""
 
     text: str = ""
     audio: tuple[bytes, ...] = ()  # WAV files
@@ -177,7 +178,8 @@ class Generation:
                 reply, started, first_token_at, conversation, tokens_before, conversation.token_count, reused=reused
             )
             if finished.finish_reason is FinishReason.STOP:
-                turns = request.history + (Turn("user", request.text), Turn("assistant", reply))
+                user = Turn("user", request.text, audio_digest(request.audio))
+                turns = request.history + (user, Turn("assistant", reply))
                 engine.sessions.put(request.session_id, conversation, key, turns)
                 keep = True
             yield finished
