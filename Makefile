@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test soak bench report \
+.PHONY: install system-deps web-assets models-offline prepare proto up down status logs test soak bench eval report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -75,6 +75,11 @@ soak: install system-deps web-assets models-offline
 
 bench: install system-deps web-assets models-offline
 	$(PY) -m tools.bench run
+
+# How well Sotto hears: the recogniser's word error rate, the round trip through each voice, the spoken cascade's
+# time to first audio (tools/eval/hearing.py; results in bench/results, summary in docs/performance.md).
+eval: install system-deps web-assets models-offline
+	$(PY) -m tools.eval.hearing
 
 report: install
 	$(PY) -m tools.report

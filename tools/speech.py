@@ -27,12 +27,14 @@ def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
     return path
 
 
-def speak(text: str, voice: str, rate: int, workdir: Path) -> np.ndarray:
-    """Synthesize ``text``, resample to ``rate`` Hz mono PCM16, trim espeak's own silence."""
+def speak(text: str, voice: str, rate: int, workdir: Path, words_per_minute: int | None = None) -> np.ndarray:
+    """Synthesize ``text`` (at espeak's default speed, or ``words_per_minute``), resample to ``rate`` Hz mono
+    PCM16, trim espeak's own silence."""
     require_tools()
-    stem = workdir / f"{abs(hash((text, voice)))}"
+    stem = workdir / f"{abs(hash((text, voice, words_per_minute)))}"
     raw, resampled = stem.with_suffix(".raw.wav"), stem.with_suffix(f".{rate}.wav")
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), text], check=True)
+    speed = ["-s", str(words_per_minute)] if words_per_minute else []
+    subprocess.run(["espeak-ng", "-v", voice, *speed, "-w", str(raw), text], check=True)
     # -R: the same dither every run; unseeded, about 1 in 300 copies of the first utterance ends a turn at its
     # comma with a 150 ms minimum silence, and a fixture must not change between runs
     subprocess.run(["sox", "-R", str(raw), "-r", str(rate), "-c", "1", "-b", "16", str(resampled)], check=True)

@@ -25,10 +25,11 @@ SAMPLE_RATE = 16000
 
 async def stream_utterance(stub: asr_pb2_grpc.AsrServiceStub, pcm: bytes, *, chunk_ms: float = 20.0,
                            realtime: bool = False, partials: bool = False, language: str = "",
-                           on_sent: Callable[[], None] | None = None, timeout: float | None = None,
-                           ) -> AsyncIterator[asr_pb2.AsrEvent]:
+                           on_sent: Callable[[], None] | None = None, utterance_samples: int = 0,
+                           timeout: float | None = None) -> AsyncIterator[asr_pb2.AsrEvent]:
     """Send `pcm` (PCM16 mono, 16 kHz) as an utterance, then `end`; yield the service's events.
-    `on_sent` is called as the `end` message is handed to gRPC (the end of speech, for latency)."""
+    `on_sent` is called as the `end` message is handed to gRPC (the end of speech, for latency);
+    `utterance_samples`: the utterance is that much of `pcm` (0: all of it)."""
     chunk_bytes = int(SAMPLE_RATE * chunk_ms / 1000) * 2
     duration_s = len(pcm) / 2 / SAMPLE_RATE
 
@@ -41,7 +42,7 @@ async def stream_utterance(stub: asr_pb2_grpc.AsrServiceStub, pcm: bytes, *, chu
                 await asyncio.sleep(chunk_ms / 1000)
         if on_sent is not None:
             on_sent()
-        yield asr_pb2.AsrRequest(end=True)
+        yield asr_pb2.AsrRequest(end=True, utterance_samples=utterance_samples)
 
     call = stub.StreamTranscribe(requests(), timeout=timeout or 30.0 + duration_s)
     try:
