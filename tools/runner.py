@@ -288,8 +288,8 @@ def logs(follow: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.runner", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    up_p = sub.add_parser("up", help="start vad, llm, tts and gateway in the foreground")
-    up_p.add_argument("--only", default="vad,llm,tts,gateway", help="comma-separated subset")
+    up_p = sub.add_parser("up", help=f"start {', '.join(SERVICES)} and the gateway in the foreground")
+    up_p.add_argument("--only", default=",".join((*SERVICES, "gateway")), help="comma-separated subset")
     sub.add_parser("down", help="stop a running `up`")
     sub.add_parser("status", help="health, pid, uptime and model of each service")
     logs_p = sub.add_parser("logs", help="show the services' logs")
