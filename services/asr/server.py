@@ -132,10 +132,11 @@ class AsrServicer(asr_pb2_grpc.AsrServiceServicer):
         _LOGGER.info("utterance_recognised", extra={
             "audio_ms": round(audio_ms), "recognition_ms": round(seconds * 1000, 1),
             "model_ms": round(words.recognition_s * 1000, 1), "stable_chars": words.stable_chars,
-            "partial_runs": words.partial_runs, "chars": len(words.text),
+            "partial_runs": words.partial_runs, "covered": words.covered, "chars": len(words.text),
             **logs.content(self._log_content, transcript=words.text)})
         return asr_pb2.Transcript(text=words.text, audio_ms=audio_ms, recognition_ms=seconds * 1000,
-                                  stable_chars=words.stable_chars, partial_runs=words.partial_runs)
+                                  stable_chars=words.stable_chars, partial_runs=words.partial_runs,
+                                  covered=words.covered)
 
     async def Transcribe(self, request: asr_pb2.TranscribeRequest,
                          context: grpc.aio.ServicerContext) -> asr_pb2.Transcript:

@@ -1,7 +1,7 @@
 """One utterance recognised while it is spoken: the stable prefix by local agreement, and the final words.
 
-While audio arrives the growing buffer is re-recognised now and then (a *partial* run) with the words already
-stable forced as the output's prefix. A word becomes stable once two consecutive hypotheses agree on it (local
+While audio arrives the growing buffer is re-recognised (a *partial* run) whenever the speaker pauses, and in a
+long utterance every interval, with the words already stable forced as the output's prefix. A word becomes stable once two consecutive hypotheses agree on it (local
 agreement, as in whisper_streaming), except the last word of the newest hypothesis, which the next audio may
 still complete. At the end only the unconfirmed tail is decoded, after the stable prefix; and when the newest
 hypothesis already covered the whole utterance (the audio after it is only the quiet that ended the utterance),
@@ -29,7 +29,7 @@ from services.common.audio import pcm16_to_float
 
 _NOT_WORD = re.compile(r"[^\w']+")
 QUIET_RATIO = 0.1  # RMS below this share of the utterance's counts as the pause after speech
-PAUSE_S = 0.25     # a pause this long starts a partial run before the interval is up
+PAUSE_S = 0.2      # a pause this long starts a partial run before the interval is up
 
 
 def normalise(word: str) -> str:
@@ -53,6 +53,7 @@ class FinalWords:
     recognition_s: float  # model time spent after the end (0 when the newest hypothesis covered it all)
     stable_chars: int     # characters of `text` that were stable before the end
     partial_runs: int
+    covered: bool         # the newest hypothesis made while the user spoke was the answer: nothing ran after the end
 
 
 class UtteranceRecognizer:
@@ -130,8 +131,8 @@ class UtteranceRecognizer:
         stable = self.stable_text
         # The newest hypothesis is the answer when the audio it did not hear, or heard beyond the utterance, is quiet.
         if self._hypothesis and self._quiet_after(min(self._hypothesis_samples, total)):
-            return FinalWords(self._hypothesis, 0.0, len(stable), self.partial_runs)
+            return FinalWords(self._hypothesis, 0.0, len(stable), self.partial_runs, covered=True)
         started = time.monotonic()
         text = self._engine.transcribe(self.snapshot(total), prefix=stable, language=self._language).text
         return FinalWords(text, time.monotonic() - started, len(stable) if text.startswith(stable) else 0,
-                          self.partial_runs)
+                          self.partial_runs, covered=False)

@@ -209,11 +209,12 @@ class AsrConfig:
                                  hi=300)
     max_streams: int = setting("SOTTO_ASR_MAX_STREAMS", 16, "Utterance streams accepted at once.", lo=1, hi=10000)
     partial_interval_ms: int = setting(
-        "SOTTO_ASR_PARTIAL_INTERVAL_MS", 1000,
-        "While the user speaks, re-recognise the utterance after this much new audio, so that at its end only "
-        "the words not yet stable are decoded (0: off, the whole utterance is recognised at its end). A run "
-        "starts only while the recogniser is idle, so background runs never queue; each takes the CPU the LLM "
-        "and TTS would otherwise have (see docs/performance.md).",
+        "SOTTO_ASR_PARTIAL_INTERVAL_MS", 4000,
+        "While the user speaks, re-recognise the utterance whenever they pause, and in a long utterance after "
+        "this much new audio, so that at its end little or nothing is left to recognise (0: off, the whole "
+        "utterance is recognised at its end). A run starts only while the recogniser is idle, so background "
+        "runs never queue; a short interval gains little and can leave a run under way when the speech ends "
+        "(see docs/performance.md).",
         lo=0, hi=60000)
 
 

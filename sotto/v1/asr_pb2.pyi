@@ -28,18 +28,20 @@ class AsrRequest(_message.Message):
     def __init__(self, settings: _Optional[_Union[AsrSettings, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., end: _Optional[bool] = ..., utterance_samples: _Optional[int] = ...) -> None: ...
 
 class Transcript(_message.Message):
-    __slots__ = ("text", "audio_ms", "recognition_ms", "stable_chars", "partial_runs")
+    __slots__ = ("text", "audio_ms", "recognition_ms", "stable_chars", "partial_runs", "covered")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     AUDIO_MS_FIELD_NUMBER: _ClassVar[int]
     RECOGNITION_MS_FIELD_NUMBER: _ClassVar[int]
     STABLE_CHARS_FIELD_NUMBER: _ClassVar[int]
     PARTIAL_RUNS_FIELD_NUMBER: _ClassVar[int]
+    COVERED_FIELD_NUMBER: _ClassVar[int]
     text: str
     audio_ms: float
     recognition_ms: float
     stable_chars: int
     partial_runs: int
-    def __init__(self, text: _Optional[str] = ..., audio_ms: _Optional[float] = ..., recognition_ms: _Optional[float] = ..., stable_chars: _Optional[int] = ..., partial_runs: _Optional[int] = ...) -> None: ...
+    covered: bool
+    def __init__(self, text: _Optional[str] = ..., audio_ms: _Optional[float] = ..., recognition_ms: _Optional[float] = ..., stable_chars: _Optional[int] = ..., partial_runs: _Optional[int] = ..., covered: _Optional[bool] = ...) -> None: ...
 
 class AsrEvent(_message.Message):
     __slots__ = ("stable", "final")

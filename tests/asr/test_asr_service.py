@@ -8,6 +8,7 @@ import grpc
 import pytest
 
 from services.asr.client import stream_utterance
+from services.asr.streaming import UtteranceRecognizer
 from services.common.audio import wav_bytes
 from sotto.v1 import asr_pb2
 from tests.helpers import eventually
@@ -96,3 +97,16 @@ async def test_bad_streams_are_refused_saying_what_is_accepted(asr, requests, ac
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert accepted in caught.value.details()
     await eventually(lambda: servicer.active_streams == 0, 5, "the refused stream to be freed")
+
+
+def test_a_hypothesis_made_in_the_pause_after_the_speech_is_the_answer(engine, spoken):
+    """No clock: the audio is pushed in 20 ms chunks and each partial run is done at once when due."""
+    utterance = UtteranceRecognizer(engine, language="en", interval_s=4.0)
+    pcm = spoken(QUESTION)
+    for offset in range(0, len(pcm), 640):
+        utterance.add(pcm[offset: offset + 640])
+        if utterance.partial_due():
+            utterance.recognise_partial(*utterance.start_partial())
+    assert utterance.partial_runs == 1  # in the pause after the question, not during it
+    final = utterance.recognise_final()
+    assert final.covered and final.recognition_s == 0 and words(final.text) == words(QUESTION)
