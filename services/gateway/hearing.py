@@ -186,7 +186,6 @@ class Hearing:
         self._told = False
 
 
-
 class SpokenWords:
     """The words of one spoken turn and where they go: a `transcript` event to the page, the history, and for a
     model that takes text only, the message itself. The Turn calls `message` before asking the llm (cascade),
@@ -197,7 +196,8 @@ class SpokenWords:
         self._hearing = hearing
         self._turn_id = turn_id
         self._wav = wav
-        self._words = streamed if cascade else None
+        # A text-only model needs the words now: the streamed ones, or (the model changed mid-utterance) the clip's.
+        self._words = (streamed or hearing.clip(wav)) if cascade else None
         if streamed is not None and not cascade:
             streamed.cancel()  # the model changed to one that hears audio while the utterance was streamed
         self.cascade = cascade
@@ -210,7 +210,7 @@ class SpokenWords:
         """The cascade's user message; raises Unheard when there is none."""
         text = await self._await()
         if text is None:
-            reason = self._words.failure if self._words is not None else "it was not reachable as the user spoke"
+            reason = self._words.failure if self._words is not None else ""
             raise Unheard("unavailable", f"speech recognition is unavailable ({reason}), and the model "
                                          f"{self._model_name} takes text only: type your message")
         if not text.strip():
