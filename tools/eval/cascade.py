@@ -6,7 +6,8 @@ recognition costs beside a model that hears the audio itself.
   sentence's synthesis. Run with recognition while the user speaks and without it (SOTTO_ASR_PARTIAL_INTERVAL_MS=0).
 - beside: the tiny multimodal Gemma fixture, which hears the WAV; the same turns with the asr service reachable and
   with the gateway pointed at a port where nothing listens (no recognition at all).
-Turns are spoken in real time (20 ms frames) with 0.8 s of silence after them, and timed by the gateway.
+Turns are one conversation per run, spoken in real time (20 ms frames) with 0.8 s of silence after each, and timed
+by the gateway.
 """
 
 from __future__ import annotations
@@ -45,17 +46,18 @@ def run_turns(clips: list[Clip], **env: str) -> dict:
 
 
 async def _speak_all(url: str, clips: list[Clip]) -> list[dict]:
+    """One conversation: each clip after the previous answer, with a second of quiet microphone in between."""
     out = []
-    for clip in clips:
-        async with GatewayClient(url) as client:
-            await client.connect()
-            await client.send_audio(np.zeros(16 * 300, dtype="<i2").tobytes(), realtime=True)  # the mic is on
+    async with GatewayClient(url) as client:
+        await client.connect()
+        for clip in clips:
+            await client.send_audio(np.zeros(16 * 1000, dtype="<i2").tobytes(), realtime=True)
             record = await client.spoken_turn(clip.speech.astype("<i2").tobytes(), realtime=True, timeout=120)
-        heard = next((e.get("text") for e in record.events if e["type"] == "transcript"), None)
-        out.append({"timings": record.done.get("timings", {}), "client_ttfa_ms": record.client_ttfa_ms,
-                    "heard": heard, "finish": record.done.get("finish_reason")})
-        print(f"  ttfa {out[-1]['timings'].get('ttfa_ms', '-')} ms, asr {out[-1]['timings'].get('asr_ms', '-')} "
-              f"ms: {heard!r}", flush=True)
+            heard = next((e.get("text") for e in record.events if e["type"] == "transcript"), None)
+            out.append({"timings": record.done.get("timings", {}), "client_ttfa_ms": record.client_ttfa_ms,
+                        "heard": heard, "finish": record.done.get("finish_reason")})
+            print(f"  ttfa {out[-1]['timings'].get('ttfa_ms', '-')} ms, asr {out[-1]['timings'].get('asr_ms', '-')}"
+                  f" ms: {heard!r}", flush=True)
     return out
 
 

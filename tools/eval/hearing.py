@@ -69,6 +69,12 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown parts {sorted(unknown)}; choose from {', '.join(PARTS)}")
     results: dict = {"machine": machine(), "commit": commit()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"hearing-{time.strftime('%Y%m%d-%H%M%S')}.json"
+
+    def save() -> None:  # after each part: a later part's failure keeps the earlier figures
+        path.write_text(json.dumps(results, indent=1))
+
     workdir = Path(tempfile.mkdtemp(prefix="sotto-eval-speech-"))
     clips = corpus.clips(workdir)
     if "asr" in parts or "roundtrip" in parts:
@@ -77,26 +83,27 @@ def main() -> None:
         recogniser, _ = load_recogniser(asr_cfg, config.load(config.CommonConfig, environ))
         if "asr" in parts:
             print(f"asr: {len(clips)} clips, streamed in real time, then whole", flush=True)
-            results["asr"] = asyncio.run(recognition.measure(recogniser, clips, asr_cfg.partial_interval_ms or 1000))
+            results["asr"] = asyncio.run(recognition.measure(recogniser, clips, asr_cfg.partial_interval_ms or 4000))
+            save()
         if "roundtrip" in parts:
             results["roundtrip"] = []
             for engine in args.tts_engine or ["onnx"]:
                 print(f"roundtrip: {engine}", flush=True)
                 results["roundtrip"].append(round_trip(recogniser, engine, args.tts_voice))
+                save()
     turns = clips[: args.turns]
     if "cascade" in parts:
         results["cascade"] = []
         for partials in (True, False):
             print(f"cascade: SmolLM2, recognition while speaking {'on' if partials else 'off'}", flush=True)
             results["cascade"].append(cascade.cascade(turns, partials))
+            save()
     if "beside" in parts:
         results["beside"] = []
         for on in (True, False):
             print(f"beside: a model that hears, asr {'on' if on else 'off'}", flush=True)
             results["beside"].append(cascade.beside(turns, on))
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"hearing-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(results, indent=1))
+            save()
     print_summary(results)
     print(f"saved {path}")
 
