@@ -309,13 +309,13 @@ class Turn:
             if fed_at is not None:
                 self._timings["tts_first_chunk_ms"] = _ms(now - fed_at)
             self.send(event("audio.start", turn_id=self.inp.turn_id, sample_rate=chunk.sample_rate), self)
-            if self.inp.words is not None:
-                self.inp.words.reply_started()
         samples = len(chunk.pcm16) // 2
         sentence = self._sentences.setdefault(
             chunk.sentence_index, _Sentence(chunk.sentence_text, chunk.sample_offset, chunk.sample_offset))
         sentence.end_sample = chunk.sample_offset + samples
         self.send(pack_frame(FrameKind.AUDIO_OUT, self._chunks_sent, float(chunk.sample_offset), chunk.pcm16), self)
+        if not self._chunks_sent and self.inp.words is not None:
+            self.inp.words.reply_started()  # the first audio is queued: now the words may take the CPU
         self._chunks_sent += 1
         self._samples_sent += samples
 
