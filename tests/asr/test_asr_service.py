@@ -28,19 +28,35 @@ async def test_a_whole_clip_comes_back_as_its_words(asr, spoken):
     assert reply.audio_ms > 1500 and reply.recognition_ms > 0
 
 
-async def test_an_utterance_streamed_as_spoken_gets_stable_words_then_the_final_ones(asr, spoken):
+async def test_an_utterance_streamed_as_spoken_gets_its_words(asr, spoken):
+    """Paced like a microphone; how many background runs fit in depends on the machine's load, so only what holds
+    whatever it is: one final answer, the right words, and stable prefixes that only grow."""
     stub, servicer = asr
     sentence = "I would like to know what the weather will be like in Paris."
     events = [e async for e in stream_utterance(stub, spoken(sentence), realtime=True, partials=True, timeout=60)]
     stable = [e.stable for e in events if e.HasField("stable")]
+    assert [e.HasField("final") for e in events] == [False] * len(stable) + [True]
     final = events[-1].final
-    assert events[-1].HasField("final") and len([e for e in events if e.HasField("final")]) == 1
     assert words(final.text) == words(sentence)
-    assert final.partial_runs >= 2 and stable, "the utterance was re-recognised while it was spoken"
-    for earlier, later in zip(stable, stable[1:]):
-        assert later.startswith(earlier)  # a stable prefix only grows
-    assert final.text.startswith(stable[-1]) and final.stable_chars >= len(stable[-1])
+    for earlier, later in zip(stable, stable[1:] + [final.text]):
+        assert later.startswith(earlier)  # a stable prefix only grows, and the words begin with it
     await eventually(lambda: servicer.active_streams == 0, 5, "the stream to be freed")
+
+
+def test_words_two_runs_agree_on_become_stable_and_begin_the_final_words(engine, spoken):
+    """No clock: 20 ms chunks, each partial run done at once when due (every 0.7 s of new audio, and at pauses)."""
+    sentence = "I would like to know what the weather will be like in Paris."
+    utterance = UtteranceRecognizer(engine, language="en", interval_s=0.7)
+    pcm, stable = spoken(sentence), []
+    for offset in range(0, len(pcm), 640):
+        utterance.add(pcm[offset: offset + 640])
+        if utterance.partial_due() and utterance.recognise_partial(*utterance.start_partial()):
+            stable.append(utterance.stable_text)
+    final = utterance.recognise_final()
+    assert utterance.partial_runs >= 3 and len(stable) >= 2, stable
+    for earlier, later in zip(stable, stable[1:] + [final.text]):
+        assert later.startswith(earlier)
+    assert words(final.text) == words(sentence) and final.stable_chars >= len(stable[-1])
 
 
 async def test_audio_after_the_utterance_is_ignored(asr, spoken):
