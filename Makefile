@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 KIT_VENV := .venv-models
 KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
-EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
+EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval-turns up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-turns up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -83,6 +83,11 @@ bench: install system-deps web-assets models-offline
 # Semantic end of turn against silence alone, on generated speech (bench/results/eval_turns.json).
 eval-turns: install system-deps turn-model
 	$(PY) -m tools.eval.turns
+
+# How well Sotto hears: the recogniser's word error rate, the round trip through each voice, the spoken cascade's
+# time to first audio (tools/eval/hearing.py; results in bench/results, summary in docs/performance.md).
+eval: install system-deps web-assets models-offline
+	$(PY) -m tools.eval.hearing
 
 report: install
 	$(PY) -m tools.report

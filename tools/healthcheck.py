@@ -1,8 +1,8 @@
-"""Container health probe: `python -m tools.healthcheck [vad|llm|tts|gateway]` exits 0 when the service serves.
+"""Container health probe: `python -m tools.healthcheck [vad|llm|tts|asr|gateway]` exits 0 when the service serves.
 
-vad, llm and tts are asked over the standard gRPC health service (grpc.health.v1) for their own proto service,
+vad, llm, tts and asr are asked over the standard gRPC health service (grpc.health.v1) for their own proto service,
 so a process that listens but is still loading its model (NOT_SERVING) is not yet healthy. The gateway is asked
-`GET /healthz`, which is 200 only when all three model services are SERVING. The service defaults to
+`GET /healthz`, which is 200 only when vad, llm and tts are SERVING (asr is optional to it). The service defaults to
 SOTTO_SERVICE (set in each image). Ports come from the same SOTTO_* settings the service reads.
 """
 
@@ -16,8 +16,9 @@ import urllib.request
 
 from services.common import config
 
-PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService"}
-SECTIONS = {"vad": config.VadConfig, "llm": config.LlmConfig, "tts": config.TtsConfig}
+PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService",
+               "asr": "sotto.v1.AsrService"}
+SECTIONS = {"vad": config.VadConfig, "llm": config.LlmConfig, "tts": config.TtsConfig, "asr": config.AsrConfig}
 
 
 def probe_host(common: config.CommonConfig) -> str:

@@ -1,6 +1,6 @@
 """Run Sotto's four processes in the foreground: `python -m tools.runner up|down|status|logs`.
 
-Why not supervisor or honcho: the runner must start the gateway only once the three model services report
+Why not supervisor or honcho: the runner must start the gateway only once the model services report
 SERVING on the gRPC health service (and say which one it waits for), restart a crashed service with backoff
 while the others run on, and prefix each log line with its service. honcho has no restarts or health gating;
 supervisord has no health gating and would add a daemon and its config. This file does those three things and
@@ -29,8 +29,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import config
 
-SERVICES = ("vad", "llm", "tts")
-PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService"}
+SERVICES = ("vad", "llm", "tts", "asr")
+PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService",
+               "asr": "sotto.v1.AsrService"}
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 HEALTHY_RESET_S = 60.0  # a process that ran this long restarts with the first backoff again
@@ -128,7 +129,7 @@ class Runner:
                         waiting_for = name
                     break
             else:
-                self._say("vad, llm and tts are SERVING; starting the gateway")
+                self._say(f"{', '.join(SERVICES)} are SERVING; starting the gateway")
                 return
             await asyncio.sleep(0.5)
 
@@ -166,13 +167,13 @@ class Runner:
 
 
 def service_port(settings: config.Settings, name: str) -> int:
-    return {"vad": settings.vad.port, "llm": settings.llm.port, "tts": settings.tts.port,
+    return {"vad": settings.vad.port, "llm": settings.llm.port, "tts": settings.tts.port, "asr": settings.asr.port,
             "gateway": settings.gateway.port}[name]
 
 
 def metrics_port(settings: config.Settings, name: str) -> int | None:
     return {"vad": settings.vad.metrics_port, "llm": settings.llm.metrics_port,
-            "tts": settings.tts.metrics_port}.get(name)
+            "tts": settings.tts.metrics_port, "asr": settings.asr.metrics_port}.get(name)
 
 
 async def health(settings: config.Settings, name: str) -> str:
@@ -287,8 +288,8 @@ def logs(follow: bool) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.runner", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    up_p = sub.add_parser("up", help="start vad, llm, tts and gateway in the foreground")
-    up_p.add_argument("--only", default="vad,llm,tts,gateway", help="comma-separated subset")
+    up_p = sub.add_parser("up", help=f"start {', '.join(SERVICES)} and the gateway in the foreground")
+    up_p.add_argument("--only", default=",".join((*SERVICES, "gateway")), help="comma-separated subset")
     sub.add_parser("down", help="stop a running `up`")
     sub.add_parser("status", help="health, pid, uptime and model of each service")
     logs_p = sub.add_parser("logs", help="show the services' logs")

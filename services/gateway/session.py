@@ -19,6 +19,7 @@ from aiohttp import web
 
 from services.common import config, logs
 from services.gateway import metrics
+from services.gateway.hearing import Hearing, SpokenWords
 from services.gateway.intake import MediaIntake
 from services.gateway.playback import answer_playing
 from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
@@ -26,7 +27,7 @@ from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Int
 from services.gateway.rate_limit import RateLimiter
 from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.vad_link import VadLink
-from sotto.v1 import common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
+from sotto.v1 import asr_pb2_grpc, common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 INTERRUPT_WAIT_S = 2.0  # how long a new turn waits for the interrupted one to wind down
@@ -61,6 +62,9 @@ class Session:
         self.intake = MediaIntake(gw=self.gw, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance)
         self.vad: VadLink | None = None
+        self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]),
+                               request_timeout_s=self.gw.request_timeout_ms / 1000.0,
+                               max_audio_s=self.gw.max_turn_audio_s)
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
@@ -176,9 +180,11 @@ class Session:
     def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
         assert self.vad is not None  # media is refused before session.start, which opens the link
         self.vad.send(pcm, capture_ts_ms=ts_ms, tape_start=tape_start)
+        self.hearing.feed(pcm)  # while an utterance is streamed to the asr service (text-only models)
 
     async def _drop_utterance(self, code: str, message: str) -> None:
         self.error(code, message)
+        self.hearing.drop()
         if self.vad is not None:
             await self.vad.reset()
 
@@ -193,6 +199,10 @@ class Session:
         self._vad_failure_told = False
         if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
             self.intake.speech_started(origin + ev.start_sample)
+            if self._text_only_model():
+                # The words will be the message: recognise them while the user speaks, pre-roll included.
+                first = origin + ev.start_sample - self.gw.preroll_ms * 16
+                self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
@@ -202,10 +212,15 @@ class Session:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
             self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
+            turn_id = self._turn_id()
+            words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
+                                streamed=self.hearing.finish(round(utterance.audio_ms * 16)),
+                                cascade=self._text_only_model(), model_name=self.model.get("llm", {}).get("name", ""),
+                                send=self.send)
             await self._begin_turn(TurnInput(
-                turn_id=self._turn_id(), source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
+                turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
                 images=utterance.images, image_ts=utterance.image_ts, t_input_end=utterance.received_at,
-                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
+                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
 
     async def _on_vad_failure(self, reason: str) -> None:
         if self.intake.in_utterance:
@@ -216,8 +231,13 @@ class Session:
                                       "until it is back; typed messages still work")
         self._vad_failure_told = True
         self.intake.abandon_utterance()
+        self.hearing.drop()
 
     # -- turns -----------------------------------------------------------------------------------------------
+    def _text_only_model(self) -> bool:
+        """The llm takes no audio (say the offline SmolLM2): spoken turns go to it as their words (the cascade)."""
+        return self.model.get("llm", {}).get("audio_input") is False
+
     def _turn_id(self) -> str:
         self.turns += 1
         return f"{self.id}-{self.turns}"
@@ -281,9 +301,10 @@ class Session:
                     self._set_state(State.LISTENING, "turn over")
         if result.outcome in (Outcome.BUSY, Outcome.ERROR):
             return
-        # A spoken turn is recorded with the text that was sent (none): the llm service then recognises its own
-        # conversation and reuses it, audio still in the KV cache; it stands in a placeholder when it rebuilds.
-        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=turn.inp.text))
+        # A spoken turn the model heard is recorded with its words and its audio's digest: the llm service matches
+        # the digest to the conversation holding the audio (and reuses it), and rebuilds one from the words.
+        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=result.user_text,
+                                            audio_sha256=result.audio_sha256))
         self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=result.heard_text,
                                             interrupted=result.interrupted))
         self.history_owner = turn
@@ -293,6 +314,8 @@ class Session:
         health as it stands then."""
         if self.start is None:
             return
+        if service == "asr" and status == "SERVING":
+            self.hearing.heard()
         if service == "vad" and status == "SERVING":
             self._vad_failure_told = False
         elif service == "vad" and self.vad is not None:
@@ -307,6 +330,7 @@ class Session:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.turn_task
         await self.intake.close()
+        self.hearing.drop()
         if self.vad is not None:
             await self.vad.close()
         self.out.put_nowait(None)

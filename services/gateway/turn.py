@@ -8,6 +8,7 @@ knows what the user actually heard, which is what the history keeps.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +19,7 @@ import grpc
 
 from services.common import logs
 from services.gateway import metrics
+from services.gateway.hearing import SpokenWords, Unheard
 from services.gateway.protocol import FrameKind, event, pack_frame
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
@@ -37,6 +39,7 @@ class TurnInput:
     images: list[bytes] = field(default_factory=list)
     image_ts: list[float] = field(default_factory=list)
     endpoint_ms: float | None = None
+    words: SpokenWords | None = None  # a spoken turn's words (services.gateway.hearing)
 
 
 @dataclass(kw_only=True)
@@ -80,6 +83,8 @@ class TurnResult:
     text: str = ""
     heard_text: str = ""
     interrupted: bool = False
+    user_text: str = ""           # typed text, or a spoken turn's words ("" when none came)
+    audio_sha256: bytes = b""     # a spoken turn whose audio the model heard: that audio's digest
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -116,6 +121,7 @@ class Turn:
         self._timings: dict[str, float] = {}
         self._finish = Outcome.STOP
         self._done = asyncio.Event()
+        self._user_text = inp.text
 
     # -- control ---------------------------------------------------------------------------------------------
     def interrupt(self, played_samples: int, trigger: str) -> None:
@@ -148,7 +154,10 @@ class Turn:
                                             **logs.content(self.settings.log_content, text=inp.text)})
         metadata = (*logs.grpc_metadata(),)
         outcome, error = Outcome.STOP, None
+        words = inp.words
         try:
+            if words is not None and words.cascade:
+                self._user_text = await words.message()  # a text-only model: the words are the message
             # The llm's request first: its prefill is on the way to the first audio, the tts stream's set-up is not.
             self._calls["llm"] = self.llm.Generate(self._llm_request(), timeout=self.settings.deadline_s,
                                                    metadata=metadata)
@@ -162,6 +171,8 @@ class Turn:
         except StageTimeout as exc:
             outcome, error = Outcome.ERROR, ("timeout", f"the {exc.stage} service did not answer within "
                                                   f"{self.settings.request_timeout_s * 1000:.0f} ms")
+        except Unheard as exc:
+            outcome, error = Outcome.ERROR, (exc.code, exc.message)
         except grpc.aio.AioRpcError as exc:
             if self.interrupted and exc.code() == grpc.StatusCode.CANCELLED:
                 outcome = Outcome.INTERRUPTED
@@ -182,21 +193,38 @@ class Turn:
         if self._samples_sent:
             self.send(event("audio.done", turn_id=inp.turn_id, samples=self._samples_sent), None)
         heard = self.heard_text() if self.interrupted else self._text
+        if words is not None and outcome not in (Outcome.BUSY, Outcome.ERROR):
+            # For the history. The reply is out, so waiting costs it nothing; a reply cut before its first audio
+            # does not start a recognition the next turn would wait for.
+            self._user_text = await words.settle(start=not self.interrupted)
+        elif words is not None:
+            words.cancel()
+        if words is not None and words.recognition_ms is not None:
+            self._timings["asr_ms"] = words.recognition_ms
         self._timings["total_ms"] = _ms(time.monotonic() - t0)
         result = TurnResult(outcome=outcome, text=self._text, heard_text=heard, interrupted=self.interrupted,
+                            user_text=self._user_text, audio_sha256=self._audio_sha256(),
                             timings=dict(self._timings))
         self.send(event("turn.done", turn_id=inp.turn_id, text=self._text, heard_text=heard,
                         interrupted=self.interrupted, finish_reason=outcome.value, timings=result.timings), None)
         self._observe(result)
         return result
 
+    def _heard_audio(self) -> bytes:
+        """The WAV the llm hears: none for typed turns and for the cascade, whose message is the words."""
+        return b"" if self.inp.words is not None and self.inp.words.cascade else self.inp.audio_wav
+
+    def _audio_sha256(self) -> bytes:
+        audio = self._heard_audio()
+        return hashlib.sha256(audio).digest() if audio else b""
+
     def _llm_request(self) -> llm_pb2.GenerateRequest:
         images = [llm_pb2.Image(data=d, mime_type="image/jpeg", capture_ts_ms=int(ts))
                   for d, ts in zip(self.inp.images, self.inp.image_ts)]
         return llm_pb2.GenerateRequest(
             session_id=self.session_id, turn_id=self.inp.turn_id, system_prompt=self.settings.system_prompt,
-            history=self.history, user=llm_pb2.UserContent(audio_wav=self.inp.audio_wav, images=images,
-                                                           text=self.inp.text),
+            history=self.history, user=llm_pb2.UserContent(audio_wav=self._heard_audio(), images=images,
+                                                           text=self._user_text),
             sampling=llm_pb2.Sampling(max_new_tokens=self.settings.max_new_tokens))
 
     async def _tts_requests(self) -> AsyncIterator[tts_pb2.SynthesizeStreamRequest]:
@@ -292,6 +320,8 @@ class Turn:
             chunk.sentence_index, _Sentence(chunk.sentence_text, chunk.sample_offset, chunk.sample_offset))
         sentence.end_sample = chunk.sample_offset + samples
         self.send(pack_frame(FrameKind.AUDIO_OUT, self._chunks_sent, float(chunk.sample_offset), chunk.pcm16), self)
+        if not self._chunks_sent and self.inp.words is not None:
+            self.inp.words.reply_started()  # the first audio is queued: now the words may take the CPU
         self._chunks_sent += 1
         self._samples_sent += samples
 
@@ -332,7 +362,7 @@ class Turn:
         t = result.timings
         if "ttfa_ms" in t:
             metrics.TTFA.labels(self.inp.source).observe(t["ttfa_ms"] / 1000)
-        for stage in ("endpoint_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms"):
+        for stage in ("endpoint_ms", "asr_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms"):
             if stage in t:
                 metrics.STAGE.labels(stage[:-3]).observe(t[stage] / 1000)
         metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)

@@ -6,12 +6,18 @@ prompt and sampler, and the turns it was fed plus the reply it produced. Anythin
 truncated or degraded reply, an edited history, an unknown or evicted session) means the conversation
 is rebuilt from the history the caller sent. The cache is a bounded LRU; evicted conversations are
 closed.
+
+A spoken turn is the exception to "the text it was fed": its audio is in the KV cache, while the caller's
+history holds the words recognised from it, which the model never saw as text. Such a turn carries the SHA-256
+of its audio, and is matched by that digest (the caller's copy of it) instead of by text; a rebuild, which has
+only text, then uses the recognised words.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import logging
 from typing import Any, Callable
 
@@ -22,6 +28,22 @@ _LOGGER = logging.getLogger(__name__)
 class Turn:
     role: str  # "user" or "assistant"
     text: str
+    audio_sha256: bytes = b""  # a user turn whose audio the model heard: the digest of that audio
+
+    def same_as(self, held: Turn) -> bool:
+        """Whether this turn of a caller's history is `held`, a turn a conversation was fed."""
+        if held.audio_sha256:
+            return self.role == held.role and self.audio_sha256 == held.audio_sha256
+        return self == held
+
+
+def audio_digest(clips: tuple[bytes, ...]) -> bytes:
+    """What identifies a turn's audio (the SHA-256 of its one WAV; of their concatenation if several)."""
+    return hashlib.sha256(b"".join(clips)).digest() if clips else b""
+
+
+def same_turns(given: tuple[Turn, ...], held: tuple[Turn, ...]) -> bool:
+    return len(given) == len(held) and all(g.same_as(h) for g, h in zip(given, held))
 
 
 def content(turn: Turn) -> str:
@@ -62,7 +84,7 @@ class ConversationCache:
         held = self._held.pop(session_id, None)
         if held is None:
             return None
-        if held.key == key and held.turns == turns:
+        if held.key == key and same_turns(turns, held.turns):
             return held.conversation
         self._close(held.conversation)
         return None

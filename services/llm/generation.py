@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterator, Union
 
 from services.llm.context import overflow
-from services.llm.conversations import Turn, close_quietly, content
+from services.llm.conversations import Turn, audio_digest, close_quietly, content
 from services.llm.errors import EngineError, InvalidInput
 from services.llm.native_log import StderrTap, stderr_tap
 
@@ -52,7 +52,8 @@ class Sampling:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GenerateRequest:
     """One user turn. `history` holds the earlier turns as (role, text); the user turns' text must
-    be what was sent, and the assistant turns' text what was returned, for a session to be reused."""
+    be what was sent (a spoken turn's: its audio digest), and the assistant turns' text what was returned,
+    for a session to be reused."""
 
     text: str = ""
     audio: tuple[bytes, ...] = ()  # WAV files
@@ -186,7 +187,8 @@ class Generation:
             finished = self._finished(reply, started, first_token_at, conversation, opened.tokens_before,
                                       conversation.token_count, reused=opened.reused, dropped=opened.dropped)
             if finished.finish_reason is FinishReason.STOP:
-                turns = request.history + (Turn("user", request.text), Turn("assistant", reply))
+                user = Turn("user", request.text, audio_digest(request.audio))
+                turns = request.history + (user, Turn("assistant", reply))
                 engine.sessions.put(request.session_id, conversation, key, turns)
                 keep = True
             yield finished

@@ -65,8 +65,10 @@ async def _wind_down(drain: asyncio.Future, count: bool) -> None:
 
 
 class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
-    def __init__(self, admission: Admission, defaults: SamplingDefaults, models: Models | None = None) -> None:
-        self.models = models  # set by the service's load step; no call reaches the servicer before
+    def __init__(self, admission: Admission, defaults: SamplingDefaults, models: Models | None = None,
+                 log_content: bool = False) -> None:
+        self.models = models
+        self._log_content = log_content  # SOTTO_LOG_CONTENT: the message and the history's text may be logged  # set by the service's load step; no call reaches the servicer before
         # Once a session's reply degraded (time limit), its later turns go to the smaller model, unless they
         # carry media it cannot take.
         self._degraded_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -97,7 +99,9 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
         admitted = False
         _LOGGER.info("generate_request", extra={
             "history_turns": len(request.history), "audio_bytes": len(request.user.audio_wav),
-            "images": len(request.user.images), "text_chars": len(request.user.text)})
+            "images": len(request.user.images), "text_chars": len(request.user.text),
+            **logs.content(self._log_content, text=request.user.text,
+                           history=" | ".join(t.text for t in request.history))})
         try:
             engine = self._engine_for(request)
             generation = engine.generate(to_engine_request(request, self._defaults))
@@ -201,7 +205,8 @@ def build() -> tuple[grpc_server.ServiceSpec, config.CommonConfig]:
     common = config.exit_on_error(lambda: config.load(config.CommonConfig))
     cfg = config.exit_on_error(lambda: config.load(config.LlmConfig))
     logs.setup("llm", common.log_level)
-    servicer = LlmServicer(Admission(cfg.max_concurrent), SamplingDefaults.from_config(cfg))
+    servicer = LlmServicer(Admission(cfg.max_concurrent), SamplingDefaults.from_config(cfg),
+                           log_content=common.log_content)
 
     def register(server: grpc.aio.Server) -> None:
         llm_pb2_grpc.add_LlmServiceServicer_to_server(servicer, server)

@@ -35,7 +35,7 @@ def to_engine_request(request: llm_pb2.GenerateRequest, defaults: SamplingDefaul
     for turn in request.history:
         if turn.role not in _ROLES:
             raise InvalidInput("history turn has no role: set ROLE_USER or ROLE_ASSISTANT")
-        history.append(Turn(_ROLES[turn.role], turn.text))
+        history.append(Turn(_ROLES[turn.role], turn.text, turn.audio_sha256))
     user = request.user
     return GenerateRequest(
         text=user.text,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15sotto/v1/common.proto\x12\x08sotto.v1\"\x8d\x01\n\x04Turn\x12!\n\x04role\x18\x01 \x01(\x0e\x32\x13.sotto.v1.Turn.Role\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\"?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15sotto/v1/common.proto\x12\x08sotto.v1\"\xa3\x01\n\x04Turn\x12!\n\x04role\x18\x01 \x01(\x0e\x32\x13.sotto.v1.Turn.Role\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x13\n\x0binterrupted\x18\x03 \x01(\x08\x12\x14\n\x0c\x61udio_sha256\x18\x04 \x01(\x0c\"?\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\r\n\tROLE_USER\x10\x01\x12\x12\n\x0eROLE_ASSISTANT\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sotto.v1.common_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TURN']._serialized_start=36
-  _globals['_TURN']._serialized_end=177
-  _globals['_TURN_ROLE']._serialized_start=114
-  _globals['_TURN_ROLE']._serialized_end=177
+  _globals['_TURN']._serialized_end=199
+  _globals['_TURN_ROLE']._serialized_start=136
+  _globals['_TURN_ROLE']._serialized_end=199
 # @@protoc_insertion_point(module_scope)

@@ -10,14 +10,21 @@ from PIL import Image, ImageStat
 from tests.browser.page_driver import ConversationRun
 
 
-def assert_transcript_shows_the_conversation(run: ConversationRun, last_answer_aloud: bool = True) -> None:
+def assert_transcript_shows_the_conversation(run: ConversationRun, last_answer_aloud: bool = True,
+                                            spoken_words: tuple[str, str] | None = None) -> None:
     """Two spoken turns, the typed one and an answer to each; the latency read-out; back to listening.
 
     `last_answer_aloud=False`: the typed turn's answer may have had nothing speakable (the real stack's tiny model
-    writes random characters), so its read-out has no time to first audio."""
+    writes random characters), so its read-out has no time to first audio. `spoken_words`: a word each spoken
+    turn's entry must show (the real stack recognises them); None: the "spoken (2.3 s)" labels of a gateway that
+    sends no `transcript`."""
     transcript = run.transcript
     assert len(transcript) == 6, transcript
-    assert transcript[0].startswith("You:🎤 spoken (") and transcript[2].startswith("You:🎤 spoken (")
+    if spoken_words is None:
+        assert transcript[0].startswith("You:🎤 spoken (") and transcript[2].startswith("You:🎤 spoken (")
+    else:
+        for entry, word in zip((transcript[0], transcript[2]), spoken_words):
+            assert entry.startswith("You:") and "spoken (" not in entry and word in entry.lower(), transcript
     assert transcript[4] == "You:Hello from the keyboard"
     assert all(transcript[i].startswith("Sotto:") for i in (1, 3, 5))
     if last_answer_aloud:

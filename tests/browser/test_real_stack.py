@@ -113,8 +113,13 @@ def test_speaking_over_the_answer_stops_playback_and_the_server_cancels_the_turn
     page_checks.assert_first_answer_marked_cut(real.run)
 
 
-def test_transcript_shows_both_spoken_turns_the_typed_one_and_the_answers(real: RealConversation) -> None:
-    page_checks.assert_transcript_shows_the_conversation(real.run, last_answer_aloud=False)
+def test_transcript_shows_the_words_of_both_spoken_turns_the_typed_one_and_the_answers(
+        real: RealConversation) -> None:
+    # The cued questions are "What is on the table in front of me?" and "Wait what colour is the cup".
+    page_checks.assert_transcript_shows_the_conversation(real.run, last_answer_aloud=False,
+                                                         spoken_words=("table", "cup"))
+    words = real.received("transcript")
+    assert len(words) == 2 and all(e["text"] for e in words), words
 
 
 def test_screenshot_mid_answer_is_not_blank(real: RealConversation) -> None:

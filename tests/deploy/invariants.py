@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
-SOTTO = ("vad", "llm", "tts", "gateway")
+SOTTO = ("vad", "llm", "tts", "asr", "gateway")
 OBSERVABILITY = ("prometheus", "grafana")
 
 
@@ -164,7 +164,7 @@ def check_default_profile(services: dict[str, Service], publish_port: int = 8000
         assert s.user and not s.user.startswith("0"), f"{s.name}: runs as {s.user!r}"
         assert s.environment.get("SOTTO_HOST") == "0.0.0.0", f"{s.name}: SOTTO_HOST inside a container"
         assert s.environment.get("SOTTO_MODEL_DIR") == "/models", f"{s.name}: SOTTO_MODEL_DIR"
-    for name in ("vad", "llm", "tts"):
+    for name in ("vad", "llm", "tts", "asr"):
         s = services[name]
         assert s.healthcheck[1:] == ["python", "-m", "tools.healthcheck", name], s.healthcheck
         assert not s.ports, f"{name} must not publish ports: {s.ports}"
@@ -178,7 +178,9 @@ def check_default_profile(services: dict[str, Service], publish_port: int = 8000
     assert gw.environment["SOTTO_VAD_ADDR"] == "vad:50051"
     assert gw.environment["SOTTO_LLM_ADDR"] == "dns:///llm:50052"
     assert gw.environment["SOTTO_TTS_ADDR"] == "tts:50053"
-    assert gw.depends_on == {"vad": "service_healthy", "llm": "service_healthy", "tts": "service_healthy"}
+    assert gw.environment["SOTTO_ASR_ADDR"] == "asr:50054"
+    assert gw.depends_on == {"vad": "service_healthy", "llm": "service_healthy", "tts": "service_healthy",
+                             "asr": "service_healthy"}
 
 
 def check_observability_profile(services: dict[str, Service]) -> None:

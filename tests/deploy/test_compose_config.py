@@ -45,7 +45,7 @@ def test_compose_cli_renders_into_python_on_whales_models(no_overrides: None) ->
     assert set(config.services) == set(invariants.SOTTO)
     gw = config.services["gateway"]
     assert [(p.published, p.target) for p in gw.ports] == [(8000, 8000)]
-    for name in ("vad", "llm", "tts"):
+    for name in ("vad", "llm", "tts", "asr"):
         assert not config.services[name].ports
         assert [v.target for v in config.services[name].volumes] == ["/models"]
         assert config.services[name].volumes[0].type == "volume"

@@ -17,8 +17,8 @@ from aiohttp.test_utils import TestServer
 from services.common import config
 from services.gateway.protocol import FrameKind, pack_frame
 from services.gateway.server import create_app
-from sotto.v1 import llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
-from tests.gateway.fakes import FakeLlm, FakeTts, FakeVad, start_fake
+from sotto.v1 import asr_pb2_grpc, llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
+from tests.gateway.fakes import FakeAsr, FakeLlm, FakeTts, FakeVad, start_fake
 from tests.helpers import eventually
 
 
@@ -30,24 +30,26 @@ class Stack:
     tts: FakeTts
     settings: config.Settings
     vad_server: grpc.aio.Server
+    asr: FakeAsr
 
 
 @pytest.fixture
 async def stack(request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     overrides = dict(getattr(request, "param", {}))  # gateway settings, and `common` for the common ones
     common_overrides = overrides.pop("common", {})
-    vad, llm, tts = FakeVad(), FakeLlm(), FakeTts()
+    vad, llm, tts, asr = FakeVad(), FakeLlm(**overrides.pop("llm", {})), FakeTts(), FakeAsr()
     servers = [await start_fake(vad, vad_pb2_grpc.add_VadServiceServicer_to_server, "sotto.v1.VadService"),
                await start_fake(llm, llm_pb2_grpc.add_LlmServiceServicer_to_server, "sotto.v1.LlmService"),
-               await start_fake(tts, tts_pb2_grpc.add_TtsServiceServicer_to_server, "sotto.v1.TtsService")]
+               await start_fake(tts, tts_pb2_grpc.add_TtsServiceServicer_to_server, "sotto.v1.TtsService"),
+               await start_fake(asr, asr_pb2_grpc.add_AsrServiceServicer_to_server, "sotto.v1.AsrService")]
     base = config.load_all({})
     gateway = dataclasses.replace(base.gateway, vad_addr=servers[0][1], llm_addr=servers[1][1],
-                                  tts_addr=servers[2][1], **overrides)
+                                  tts_addr=servers[2][1], asr_addr=servers[3][1], **overrides)
     settings = dataclasses.replace(base, gateway=gateway, common=dataclasses.replace(base.common, **common_overrides))
     server = TestServer(create_app(settings), host="127.0.0.1")
     await server.start_server()
     try:
-        yield Stack(f"http://127.0.0.1:{server.port}", vad, llm, tts, settings, servers[0][0])
+        yield Stack(f"http://127.0.0.1:{server.port}", vad, llm, tts, settings, servers[0][0], asr)
     finally:
         await server.close()
         for grpc_server, _ in servers:

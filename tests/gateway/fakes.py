@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 import numpy as np
 
-from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
+from sotto.v1 import asr_pb2, asr_pb2_grpc, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 
 class FakeVad(vad_pb2_grpc.VadServiceServicer):
@@ -80,6 +80,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     fail_with: grpc.StatusCode | None = None
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
     cancelled: int = 0  # calls that ended before their handler finished (see count_unfinished)
+    audio_input: bool = True  # what GetModelInfo says (False: a text-only model, spoken turns go as words)
 
     async def Generate(self, request, context) -> AsyncIterator[llm_pb2.GenerateEvent]:
         self.requests.append(request)
@@ -99,7 +100,39 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         finished.set()
 
     async def GetModelInfo(self, request, context) -> llm_pb2.ModelInfo:
-        return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=True, image_input=True)
+        return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=self.audio_input, image_input=True)
+
+
+@dataclass
+class FakeAsr(asr_pb2_grpc.AsrServiceServicer):
+    """Hears `words` in every utterance and clip, after `delay_s`; `fail_with` refuses every call."""
+
+    words: str = "What is the capital of France?"
+    delay_s: float = 0.0
+    fail_with: grpc.StatusCode | None = None
+    streamed: list[int] = field(default_factory=list)  # per finished stream: the utterance_samples it was told
+    received: list[int] = field(default_factory=list)  # per finished stream: the samples it received
+    clips: list[bytes] = field(default_factory=list)
+
+    async def StreamTranscribe(self, request_iterator, context) -> AsyncIterator[asr_pb2.AsrEvent]:
+        if self.fail_with is not None:
+            await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
+        samples = 0
+        async for request in request_iterator:
+            samples += len(request.pcm16) // 2
+            if request.end:
+                await asyncio.sleep(self.delay_s)
+                self.streamed.append(request.utterance_samples)
+                self.received.append(samples)
+                yield asr_pb2.AsrEvent(final=asr_pb2.Transcript(text=self.words, recognition_ms=1.0))
+                return
+
+    async def Transcribe(self, request, context) -> asr_pb2.Transcript:
+        if self.fail_with is not None:
+            await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
+        await asyncio.sleep(self.delay_s)
+        self.clips.append(request.wav)
+        return asr_pb2.Transcript(text=self.words, recognition_ms=1.0)
 
 
 @dataclass

@@ -141,4 +141,4 @@ async def test_closed_sessions_free_their_place_at_once(stack, connect) -> None:
 async def test_session_ready_reports_service_health(stack, connect) -> None:
     client = await connect()
     ready = await client.wait_for("session.ready")
-    assert set(ready["health"]) == {"vad", "llm", "tts"}, ready
+    assert set(ready["health"]) == {"vad", "llm", "tts", "asr"}, ready

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from services.llm.conversations import Turn
+from services.llm.conversations import Turn, audio_digest
 from services.llm.engine import (
     EngineConfig,
     FinishReason,
@@ -120,6 +120,35 @@ def test_reused_and_rebuilt_conversations_answer_identically(tiny_engine):
     assert reused.context_tokens == rebuilt.context_tokens  # the same tokens in both KV caches
     assert reused.prefill_tokens < rebuilt.prefill_tokens  # only the new turn was prefilled
     assert reused.text == rebuilt.text
+
+
+def test_a_spoken_turn_is_matched_by_its_audio_and_rebuilt_from_its_words(tiny_engine, speech):
+    """The gateway's history holds a spoken turn's transcript, which the model never saw as text: the turn still
+    matches the conversation holding its audio (by digest), and a rebuild carries the words instead."""
+    wav = speech("What is the capital of France?")
+    for i in range(100):
+        prompt = f"question {i}"
+        _, probe = run(tiny_engine, text=prompt, audio=(wav,), sampling=Sampling.greedy(40))
+        if probe.finish_reason is FinishReason.STOP:
+            break
+    else:
+        pytest.fail("no spoken question with a natural stop among 100")
+    _, spoken = run(tiny_engine, text=prompt, audio=(wav,), sampling=Sampling.greedy(40), session_id="spoken")
+    assert spoken.finish_reason is FinishReason.STOP
+
+    def history(words: str, clip: bytes = wav) -> tuple[Turn, ...]:
+        return Turn("user", words, audio_digest((clip,))), Turn("assistant", spoken.text)
+
+    follow_up = dict(text="And then?", sampling=GREEDY)
+    _, reused = run(tiny_engine, history=history("What is the capital of France?"), session_id="spoken", **follow_up)
+    assert reused.reused_conversation
+    _, other_audio = run(tiny_engine, history=history("What is the capital of France?", speech("Hello there.")),
+                         session_id="spoken", **follow_up)
+    assert not other_audio.reused_conversation
+    _, short = run(tiny_engine, history=history("France?"), session_id="rebuilt-a", **follow_up)
+    _, long = run(tiny_engine, history=history("What is the capital of France?"), session_id="rebuilt-b", **follow_up)
+    assert not short.reused_conversation and not long.reused_conversation
+    assert long.prefill_tokens - short.prefill_tokens >= len("What is the capital of ") // 4  # the words are in it
 
 
 def test_session_is_rebuilt_when_history_differs(tiny_engine):

@@ -18,7 +18,7 @@ from tests.observability.fakes import FakeNvml
 
 # Every module that registers metrics at import. A service that adds a metrics module adds it here.
 METRIC_MODULES = ("services.common.metrics", "services.gateway.metrics", "services.vad.server", "services.llm.metrics",
-                  "services.tts.server")
+                  "services.tts.server", "services.asr.server")
 EXTERNAL = {"up"}  # written by Prometheus per target, not by Sotto
 
 

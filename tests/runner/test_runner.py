@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from tools.stack import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("vad", "llm", "tts")
+SERVICES = ("vad", "llm", "tts", "asr")
 START_TIMEOUT_S = 240
 
 
@@ -56,7 +56,7 @@ def _rows(env: dict) -> dict[str, list[str]]:
     return {line.split()[0]: line.split() for line in _status(env).splitlines()[1:] if line.split()}
 
 
-def test_status_shows_four_serving_processes(stack: dict) -> None:
+def test_status_shows_every_process_serving(stack: dict) -> None:
     rows = _rows(stack["env"])
     for name in (*SERVICES, "gateway"):
         assert rows[name][1] == "SERVING", rows

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "compose.yaml"
 GPU_COMPOSE_FILE = ROOT / "compose.gpu.yaml"  # the llm on an NVIDIA GPU (up --gpu)
-SERVICES = ("vad", "llm", "tts", "gateway")
+SERVICES = ("vad", "llm", "tts", "asr", "gateway")
 
 
 class ComposeError(RuntimeError):

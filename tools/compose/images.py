@@ -18,7 +18,7 @@ from python_on_whales import DockerClient
 from tools.compose.common import ROOT, ComposeError, say
 
 WHEELHOUSE = ROOT / "build" / "wheelhouse"
-EXTRAS = ("vad", "llm", "tts", "gateway")
+EXTRAS = ("vad", "llm", "tts", "asr", "gateway")
 DEFAULT_BASE_IMAGE = "sotto/base:bookworm"
 BASE_SUITE = "bookworm"  # Debian 12: Python 3.11, glibc 2.36 (the wheelhouse's manylinux_2_36 target)
 # libvulkan1: the Vulkan loader LiteRT-LM's GPU backend needs on Linux (compose.gpu.yaml); tiny, and unused on CPU.

@@ -195,7 +195,11 @@ const handlers = {
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
     if (m.source === "speech") page.utteranceAnswered = true;
-    if (m.source === "speech") ui.addUserTurn(ui.spokenLabel(m.audio_ms ?? page.lastUtteranceMs ?? 0));
+    if (m.source === "speech") ui.addUserTurn(ui.spokenLabel(m.audio_ms ?? page.lastUtteranceMs ?? 0), m.turn_id);
+  },
+  transcript: (m) => {
+    if (typeof m.text === "string" && m.text.trim()) ui.showUserWords(m.turn_id, m.text);
+    if (m.error) ui.showAlert(m.error, "busy");
   },
   "text.delta": (m) => {
     if (!page.droppedTurns.has(m.turn_id)) ui.appendAssistantText(m.turn_id, m.text);

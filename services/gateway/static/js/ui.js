@@ -105,8 +105,21 @@ function entry(role) {
   return li;
 }
 
-export function addUserTurn(text) {
-  entry("user").querySelector(".text").textContent = text;
+export function addUserTurn(text, turnId = null) {
+  const li = entry("user");
+  li.querySelector(".text").textContent = text;
+  if (turnId !== null) li.dataset.turnId = turnId;
+}
+
+// A spoken turn's words, once recognised, in place of its "spoken (2.3 s)" label.
+export function showUserWords(turnId, words) {
+  const li = [...$("transcript").querySelectorAll("li.user")].find((item) => item.dataset.turnId === turnId);
+  if (!li) {
+    addUserTurn(words, turnId);
+    return;
+  }
+  li.querySelector(".text").textContent = words;
+  li.classList.add("recognised");
 }
 
 export function spokenLabel(audioMs) {
@@ -177,6 +190,7 @@ export function markStoppedEarly(turnId) {
 
 const STAGES = [
   ["endpoint_ms", "endpoint"],
+  ["asr_ms", "words"],
   ["llm_queue_ms", "queue"],
   ["first_token_ms", "first token"],
   ["tts_first_chunk_ms", "first sentence → audio"],
