@@ -86,8 +86,9 @@ def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsys) -> None:
+def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsys, monkeypatch) -> None:
     out = tmp_path / "results"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the run's work dir, apart from any other bench's
     work_dirs = set(Path(tempfile.gettempdir()).glob("sotto-bench-*"))
     assert main(["run", "--turns", "2", "--levels", "1,2", "--load-turns", "1", "--cases",
                  "spoken_short_camera,spoken_short_raw", "--quick", "--out", str(out)]) == 0
