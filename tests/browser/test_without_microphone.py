@@ -43,7 +43,7 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     starts = recorder.of_type("session.start")
     assert len(starts) == 3, "no reconnection after the socket dropped, or no new session for the new voice"
     assert starts[0] == {"type": "session.start", "protocol": 1, "sample_rate": 16000, "client_vad": False,
-                         "camera": False}
+                         "turn_hold": False, "camera": False}
     assert "voice" not in starts[1] and starts[2]["voice"] == "jm_kumo"
     assert any(text.startswith("Connection lost — reconnecting in") for text in result.connection_texts)
     assert result.connection_texts[-1] == "Connected — model fake"
