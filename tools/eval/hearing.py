@@ -83,7 +83,7 @@ def main() -> None:
         recogniser, _ = load_recogniser(asr_cfg, config.load(config.CommonConfig, environ))
         if "asr" in parts:
             print(f"asr: {len(clips)} clips, streamed in real time, then whole", flush=True)
-            results["asr"] = asyncio.run(recognition.measure(recogniser, clips, asr_cfg.partial_interval_ms or 4000))
+            results["asr"] = asyncio.run(recognition.measure(clips, asr_cfg.partial_interval_ms or 4000, workdir))
             save()
         if "roundtrip" in parts:
             results["roundtrip"] = []

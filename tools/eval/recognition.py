@@ -1,6 +1,6 @@
 """The asr service's word error rate, and what recognising while the user speaks saves at the end of speech.
 
-Each clip reaches a real AsrService (in this process, over loopback gRPC, as the service serves it) twice:
+Each clip reaches a real asr service (its own process, started here on free loopback ports) twice:
 - whole: the utterance in one `Transcribe` call once it is over: what end-of-speech costs without streaming;
 - streamed: paced like a live microphone (20 ms chunks), 300 ms of pre-roll before the speech and 400 ms of quiet
   after it (what the vad waits through before it ends the utterance), then `end` with the utterance's length;
@@ -10,19 +10,23 @@ Each clip reaches a real AsrService (in this process, over loopback gRPC, as the
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import subprocess
+import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.asr.client import stream_utterance
-from services.asr.engine import WhisperEngine
-from services.asr.server import AsrServicer
 from services.common import config
-from services.common.interceptor import ServiceInterceptor
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 from tools.bench.stats import summary
+from tools.stack import ROOT, free_port, wait_until
 from tools.eval.corpus import SAMPLE_RATE, Clip, noise_floor, wer
 
 PREROLL_S = 0.3
@@ -30,31 +34,48 @@ QUIET_AFTER_S = 0.4  # SOTTO_VAD_MIN_SILENCE_MS
 PAD_S = 0.03         # SOTTO_VAD_SPEECH_PAD_MS: the utterance ends this long after the speech
 
 
-async def measure(engine: WhisperEngine, clips: list[Clip], partial_interval_ms: int) -> dict:
-    cfg = config.load(config.AsrConfig, {"SOTTO_ASR_PARTIAL_INTERVAL_MS": str(partial_interval_ms)})
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr-eval")
-    servicer = AsrServicer(cfg, log_content=False, executor=executor)
-    servicer.engine = engine
-    server = grpc.aio.server(interceptors=[ServiceInterceptor(["sotto.v1.AsrService"], loaded=True)])
-    asr_pb2_grpc.add_AsrServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+@contextlib.contextmanager
+def asr_service(partial_interval_ms: int, log: Path) -> Iterator[int]:
+    """`python -m services.asr.server` on free ports, SERVING; yields its gRPC port."""
+    port, metrics_port = free_port(), free_port()
+    env = {**os.environ, "SOTTO_ASR_PORT": str(port), "SOTTO_ASR_METRICS_PORT": str(metrics_port),
+           "SOTTO_ASR_PARTIAL_INTERVAL_MS": str(partial_interval_ms),
+           "SOTTO_OFFLINE": os.environ.get("SOTTO_OFFLINE", "true")}
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "services.asr.server"], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        def serving() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError("the asr service exited:\n" + log.read_text()[-4000:])
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                try:
+                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                except grpc.RpcError:
+                    return False
+            return reply.status == health_pb2.HealthCheckResponse.SERVING
+        wait_until(serving, 120, "the asr service to be SERVING", interval=0.5)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def measure(clips: list[Clip], partial_interval_ms: int, workdir: Path) -> dict:
+    cfg = config.load(config.AsrConfig, {**os.environ, "SOTTO_ASR_PARTIAL_INTERVAL_MS": str(partial_interval_ms)})
     rng = np.random.default_rng(54)
     rows = []
-    try:
+    with asr_service(partial_interval_ms, workdir / "asr.log") as port:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = asr_pb2_grpc.AsrServiceStub(channel)
             for clip in clips:
                 rows.append(await _one(stub, clip, rng))
                 print(f"  {rows[-1]['streamed_ms']:6.0f} ms streamed, {rows[-1]['whole_ms']:6.0f} ms whole: "
                       f"{rows[-1]['streamed']!r}", flush=True)
-    finally:
-        await server.stop(None)
-        executor.shutdown(wait=True)
     references = [r["text"] for r in rows]
     return {
-        "clips": len(rows), "partial_interval_ms": partial_interval_ms, "model": str(engine.model_dir),
-        "threads": engine.settings.threads, "beam_size": engine.settings.beam_size,
+        "clips": len(rows), "partial_interval_ms": partial_interval_ms, "model": str(cfg.model or cfg.hf_repo),
+        "threads": cfg.threads, "beam_size": cfg.beam_size,
         "wer_whole": wer(references, [r["whole"] for r in rows]),
         "wer_streamed": wer(references, [r["streamed"] for r in rows]),
         "wer_noisy": wer([r["text"] for r in rows if r["noisy"]], [r["whole"] for r in rows if r["noisy"]]),
