@@ -380,6 +380,7 @@ capture.preload().catch(() => {});
 
 exposeDebug({
   playedSamples: () => player.totalPlayed,
+  playback: () => player.playback,
   state: () => page.state,
   vad: () => capture.state,
   suppressedBargeIns: () => capture.suppressed,
