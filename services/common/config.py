@@ -136,7 +136,7 @@ class VadConfig:
     turn_model: Path | None = setting("SOTTO_VAD_TURN_MODEL", None,
                                       "smart-turn ONNX file (default: smart-turn/smart-turn-v3.2-cpu.onnx under "
                                       "SOTTO_MODEL_DIR, extracted by `make turn-model`).")
-    turn_silence_ms: int = setting("SOTTO_VAD_TURN_SILENCE_MS", 100,
+    turn_silence_ms: int = setting("SOTTO_VAD_TURN_SILENCE_MS", 200,
                                    "Silence after which the turn model judges whether the user has finished.",
                                    lo=60, hi=5000)
     max_turn_silence_ms: int = setting("SOTTO_VAD_MAX_TURN_SILENCE_MS", 1500,

@@ -41,7 +41,7 @@ class VadSettings:
     min_silence_ms: int = 400
     speech_pad_ms: int = 30
     semantic: bool = True
-    turn_silence_ms: int = 100
+    turn_silence_ms: int = 200
     max_turn_silence_ms: int = 1500
     barge_in_threshold: float = 0.8
     barge_in_min_speech_ms: int = 250

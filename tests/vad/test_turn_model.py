@@ -13,7 +13,7 @@ from services.vad.turn_features import input_features
 from .speech import silence
 
 RATE = 16000
-SETTINGS = VadSettings()  # turn_silence 100 ms, max 1500 ms, silence-only min_silence 400 ms
+SETTINGS = VadSettings()  # turn_silence 200 ms, max 1500 ms, silence-only min_silence 400 ms
 
 
 def feed(stream: VadStream, audio: np.ndarray, chunk: int = 320) -> list[tuple[int, SpeechEvent]]:
@@ -63,7 +63,7 @@ def test_a_complete_question_ends_within_the_short_silence(model, turn_model, tu
     with model.open_stream(RATE, SETTINGS, turn_model=turn_model) as stream:
         (at, ended), = of_kind(feed(stream, audio), SpeechEventKind.ENDED)
     assert ended.reason is EndReason.COMPLETE and ended.turn_probability > 0.5
-    # Decided within the turn silence (100 ms) plus Silero's own fade-out, well before silence alone (400 ms) would.
+    # Decided within the turn silence (200 ms) plus Silero's own fade-out, well before silence alone (400 ms) would.
     assert (at - speech_end) * 1000 / RATE < 350
     assert ended.decision_ms is not None and ended.decision_ms < 1000
     with model.open_stream(RATE, VadSettings(semantic=False), turn_model=turn_model) as stream:
