@@ -105,7 +105,7 @@ def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(AN
     return {"engine": engine.name, "answers": tts_answers(engine, voice, repeat, answers), "mlx": _mlx()}
 
 
-def tts_engines(names: tuple[str, ...], repeat: int = 5) -> dict:
+def tts_engines(names: tuple[str, ...], repeat: int = 5, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
     """Each named engine (SOTTO_TTS_ENGINE values) built by the service's own loader, offline, with the models a
     fresh `make test` has (Kokoro: the offline kit; Piper: the voice the `tts` extra installs), on the same
     answers, one engine at a time."""
@@ -122,7 +122,7 @@ def tts_engines(names: tuple[str, ...], repeat: int = 5) -> dict:
         load_s = time.perf_counter() - started
         rows[name] = {"engine": loaded.engine.name, "voice": loaded.engine.default_voice,
                       "load_and_warmup_s": round(load_s, 2),
-                      "answers": tts_answers(loaded.engine, loaded.engine.default_voice, repeat)}
+                      "answers": tts_answers(loaded.engine, loaded.engine.default_voice, repeat, answers)}
     return rows
 
 
