@@ -3,8 +3,9 @@
 Spoken cases come in two clients. "page" does what the product's page does (static/js/capture.js): its own
 Silero VAD decides the end of speech after the server's turn silence (`SOTTO_VAD_TURN_SILENCE_MS`, which the page
 reads from session.ready), audio stops at that frame and `audio.end` follows, asking the server's turn model for
-its verdict; only if the model holds the turn open does the page stream on. "raw" is a client without its own VAD (the Python client, a bare microphone
-stream): it goes on streaming, here 0.8 s of trailing silence, and the server's VAD endpoints.
+its verdict; only if the model holds the turn open does the page stream on. "raw" is a client without its own VAD
+(the Python client, a bare microphone stream): it goes on streaming, here 0.8 s of trailing silence, and the
+server's VAD endpoints.
 """
 
 from __future__ import annotations

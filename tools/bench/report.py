@@ -78,7 +78,7 @@ def print_components(comp: dict) -> None:
         for name, row in (tts or {}).get("answers", {}).items():
             print(f"TTS {tts['engine']} {name}: first chunk {row['first_chunk_s'] * 1000:.0f} ms, RTF {row['rtf']:.2f} "
                   f"(CPU RTF {row['cpu_rtf']:.2f})")
-    print(f"TTS mlx: {tts['mlx']}")
+    print(f"TTS mlx: {comp['tts']['mlx']}")
 
 
 def print_run(r: dict) -> None:
