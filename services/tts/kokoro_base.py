@@ -26,7 +26,7 @@ class KokoroBase(SentenceEngine):
     name = "kokoro"
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 24,
+                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
                  clause_pause: float = 0.1, max_phonemes: int = MAX_PHONEMES, first_unit_words: int = 4) -> None:
         self._voice_names = sorted(voice_names)

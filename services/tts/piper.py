@@ -53,7 +53,7 @@ class PiperEngine(SentenceEngine):
     name = "piper"
 
     def __init__(self, voices: dict[str, Path], threads: int | None = None, spin_wait: bool = False,
-                 default_voice: str | None = None, max_chars: int = 4000, first_max_chars: int = 24,
+                 default_voice: str | None = None, max_chars: int = 4000, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
                  max_phonemes: int = 160, first_unit_words: int = 4) -> None:
         from piper import PiperVoice

@@ -32,7 +32,7 @@ class SentenceEngine:
     name = "engine"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, default_voice: str, max_chars: int = 4000, first_max_chars: int = 24,
+    def __init__(self, default_voice: str, max_chars: int = 4000, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
                  first_unit_words: int = 4) -> None:
         self.default_voice = default_voice

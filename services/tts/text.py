@@ -27,6 +27,9 @@ _FENCE = "```"
 # pysbd misses a stop inside a closing bracket: "It is big (really big.) Fine."
 _BRACKET_END = re.compile(r"(?<=[.!?][)\]])\s+(?=[\"“(\[]?[A-Z0-9])")
 _CLAUSE = re.compile(r"[,;:](?=\s)|\s[—–-]{1,2}(?=\s)")
+# A clause mark that ends the text so far, after a letter (not the "1," of "1,000"): while the text streams in, the
+# clause is complete as soon as its mark arrives, one token before the next word confirms it.
+_CLAUSE_AT_END = re.compile(r"(?<=[^\W\d_])[,;:]\s*$")
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class SentenceSplitter:
     waiting for a whole first sentence (or even a clause that never comes) holds the first audio back by as much.
     """
 
-    def __init__(self, first_max_chars: int = 24, min_clause_chars: int = 4, first_unit_words: int = 4) -> None:
+    def __init__(self, first_max_chars: int = 12, min_clause_chars: int = 4, first_unit_words: int = 4) -> None:
         self._segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
         self._first_max = first_max_chars
         self._min_clause = min_clause_chars
@@ -122,16 +125,16 @@ class SentenceSplitter:
         if complete:
             consumed = len(text)
         elif self._count < OPENING_UNITS and not out:
-            cut, continues = self._opening_cut(text)
+            cut, continues = self._opening_cut(text, streaming=True)
             if cut:
                 out += self._emit(text, 0, cut, continues, head=True)
                 consumed = cut
         self._consume(consumed)
         return out
 
-    def _opening_cut(self, text: str) -> tuple[int, bool]:
+    def _opening_cut(self, text: str, streaming: bool = False) -> tuple[int, bool]:
         """(end of the opening unit worth speaking alone, whether it ends inside a phrase); (0, False) when the
-        unit should not be cut (yet)."""
+        unit should not be cut (yet). `streaming`: `text` is all there is so far, and more will come."""
         if self._count >= OPENING_UNITS:
             return 0, False
         max_chars, words = self._first_max << self._count, self._unit_words << self._count
@@ -141,6 +144,9 @@ class SentenceSplitter:
             for m in _CLAUSE.finditer(text):  # a clause sounds finished on its own; a phrase cut mid-way less so
                 if len(text[: m.start()].strip()) >= self._min_clause and text[m.end():].strip():
                     return m.end(), False
+            end = _CLAUSE_AT_END.search(text) if streaming else None
+            if end and len(text[: end.start()].strip()) >= self._min_clause:
+                return end.start() + 1, False
         if words and enough_words:
             return len(text[: starts[words]].rstrip()), True
         return 0, False
@@ -169,7 +175,7 @@ def _split_brackets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def split_sentences(text: str, first_max_chars: int = 24, first_unit_words: int = 4) -> list[Sentence]:
+def split_sentences(text: str, first_max_chars: int = 12, first_unit_words: int = 4) -> list[Sentence]:
     """All sentences of a complete text."""
     splitter = SentenceSplitter(first_max_chars=first_max_chars, first_unit_words=first_unit_words)
     return splitter.push(text) + splitter.close()

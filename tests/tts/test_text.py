@@ -156,3 +156,16 @@ def test_a_long_first_sentence_without_a_clause_is_cut_at_a_space_while_it_strea
     for sentence in got:
         assert text[sentence.start:sentence.end] == sentence.text
     assert "".join(text[s.start:s.end] + " " for s in got).split() == text.split()
+
+
+def test_a_first_clause_goes_out_as_soon_as_its_comma_arrives():
+    splitter = SentenceSplitter()
+    assert splitter.push("Le") + splitter.push(" Grand") + splitter.push(" Paris") == []
+    assert [(s.text, s.continues) for s in splitter.push(",")] == [("Le Grand Paris,", False)]
+    assert [s.text for s in splitter.push(" le Grand.") + splitter.close()] == ["le Grand."]
+
+
+def test_a_comma_inside_a_number_is_not_a_clause():
+    splitter = SentenceSplitter()
+    assert splitter.push("About 1") + splitter.push(",") == []
+    assert [s.text for s in splitter.push("000 dollars.") + splitter.close()] == ["About 1,000 dollars."]
