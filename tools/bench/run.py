@@ -47,7 +47,7 @@ BUDGET_STAGES = ("endpoint", "llm_first_token", "first_sentence", "tts_first_chu
 
 
 def instruct_model() -> Path:
-    return model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
+    return model_dir() / "offline" / "smollm2-135m-instruct-p64.litertlm"
 
 
 def stage_budget(turn) -> dict[str, float | None]:
