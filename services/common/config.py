@@ -208,6 +208,11 @@ class TtsConfig:
                                         "Longest model run (phonemes, ~10 s of speech); longer sentences are split "
                                         "at word boundaries. Warm-up renders one run this long, so memory is "
                                         "sized at start and stays flat.", lo=32, hi=510)
+    first_unit_words: int = setting("SOTTO_TTS_FIRST_UNIT_WORDS", 4,
+                                    "An answer's first unit of speech, lacking a clause boundary, is cut after this "
+                                    "many words (the second after twice as many), so its audio starts before the "
+                                    "first sentence is complete. 0: wait for a clause or the sentence's end.",
+                                    lo=0, hi=100)
     threads: int = setting("SOTTO_TTS_THREADS", 0,
                            "ONNX Runtime threads per synthesis, Kokoro's or Piper's (0: all cores).", lo=0, hi=256)
     spin_wait: bool = setting("SOTTO_TTS_SPIN_WAIT", False,

@@ -17,7 +17,7 @@ from services.llm.media import MediaLimits
 
 _LOGGER = logging.getLogger(__name__)
 
-OFFLINE_MODEL = "smollm2-135m-instruct.litertlm"  # what tools/models/llm_kit builds as `instruct`
+OFFLINE_MODEL = "smollm2-135m-instruct-p64.litertlm"  # what tools/models/llm_kit builds as `instruct`
 
 
 @dataclass(frozen=True)

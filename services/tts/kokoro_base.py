@@ -26,14 +26,14 @@ class KokoroBase(SentenceEngine):
     name = "kokoro"
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 24,
+                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
-                 clause_pause: float = 0.1, max_phonemes: int = MAX_PHONEMES) -> None:
+                 clause_pause: float = 0.1, max_phonemes: int = MAX_PHONEMES, first_unit_words: int = 4) -> None:
         self._voice_names = sorted(voice_names)
         self._tokenizer = tokenizer
         super().__init__(default_voice or ("af_heart" if "af_heart" in self._voice_names else self._voice_names[0]),
                          max_chars=max_chars, first_max_chars=first_max_chars, chunk_samples=chunk_samples,
-                         sentence_pause=sentence_pause, clause_pause=clause_pause)
+                         sentence_pause=sentence_pause, clause_pause=clause_pause, first_unit_words=first_unit_words)
         self.default_language = default_language
         self.max_phonemes = min(max_phonemes, MAX_PHONEMES)
 

@@ -76,7 +76,8 @@ def load_engine(cfg: config.TtsConfig, common: config.CommonConfig) -> Loaded:
     engine = create_engine(choice.backend, choice.voices or choice.model, memory_fraction=common.memory_budget,
                            threads=cfg.threads or None, spin_wait=cfg.spin_wait,
                            default_language=cfg.language, max_chars=cfg.max_text_chars,
-                           chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run)
+                           chunk_samples=cfg.chunk_samples, max_phonemes=cfg.max_phonemes_per_run,
+                           first_unit_words=cfg.first_unit_words)
     if cfg.voice in engine.voices():
         engine.default_voice = cfg.voice
     elif not choice.reason:  # a chosen fallback says why already

@@ -53,9 +53,9 @@ class PiperEngine(SentenceEngine):
     name = "piper"
 
     def __init__(self, voices: dict[str, Path], threads: int | None = None, spin_wait: bool = False,
-                 default_voice: str | None = None, max_chars: int = 4000, first_max_chars: int = 24,
+                 default_voice: str | None = None, max_chars: int = 4000, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
-                 max_phonemes: int = 160) -> None:
+                 max_phonemes: int = 160, first_unit_words: int = 4) -> None:
         from piper import PiperVoice
         from piper.config import PiperConfig
 
@@ -67,7 +67,7 @@ class PiperEngine(SentenceEngine):
             self._voices[name] = PiperVoice(session=cpu_session(model, threads, spin_wait), config=config)
         super().__init__(default_voice if default_voice in self._voices else next(iter(self._voices)),
                          max_chars=max_chars, first_max_chars=first_max_chars, chunk_samples=chunk_samples,
-                         sentence_pause=sentence_pause, clause_pause=clause_pause)
+                         sentence_pause=sentence_pause, clause_pause=clause_pause, first_unit_words=first_unit_words)
         self.max_phonemes = max_phonemes
 
     def voices(self) -> list[str]:

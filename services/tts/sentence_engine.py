@@ -1,9 +1,10 @@
 """What every engine shares, whatever model speaks: requests in, sentences out, audio cut into chunks.
 
 Validating the text, splitting it into sentences (``text.py``), reading each as words, the pauses between
-sentences, and cutting the audio into chunks of exactly ``CHUNK_SAMPLES`` (the last of a sentence may be shorter),
-checking the cancel before each. A subclass says which voices and languages it takes (``check``), turns a
-sentence's words into model runs (``_runs``) and renders one run to float audio at ``sample_rate`` (``_render``).
+sentences (none inside a phrase cut in two: its seam is trimmed to a breath), and cutting the audio into chunks
+of exactly ``CHUNK_SAMPLES`` (the last of a sentence may be shorter), checking the cancel before each. A subclass
+says which voices and languages it takes (``check``), turns a sentence's words into model runs (``_runs``) and
+renders one run to float audio at ``sample_rate`` (``_render``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from services.tts.text import Sentence, SentenceSplitter, speakable, split_sente
 CHUNK_SAMPLES = 2048
 SPEED_RANGE = (0.5, 2.0)
 NEVER_CANCELLED = CancelEvent()
+# Where one phrase is spoken as two units, each model run starts and ends in its own silence (Piper's: about 50 ms
+# before, 170-280 ms after); the seam keeps this much of it, a breath rather than a pause.
+SEAM_SILENCE_S = 0.04
+SILENT = 0.01  # peak level below which a run's edge counts as silence
 
 
 class SentenceEngine:
@@ -27,11 +32,13 @@ class SentenceEngine:
     name = "engine"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, default_voice: str, max_chars: int = 4000, first_max_chars: int = 24,
-                 chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1) -> None:
+    def __init__(self, default_voice: str, max_chars: int = 4000, first_max_chars: int = 12,
+                 chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
+                 first_unit_words: int = 4) -> None:
         self.default_voice = default_voice
         self.max_chars = max_chars
         self.first_max_chars = first_max_chars
+        self.first_unit_words = first_unit_words
         self.chunk_samples = chunk_samples
         self._sentence_pause, self._clause_pause = sentence_pause, clause_pause
 
@@ -75,14 +82,14 @@ class SentenceEngine:
             raise InvalidInput(f"text is {len(text)} characters; the limit is {self.max_chars}")
 
     def splitter(self) -> SentenceSplitter:
-        return SentenceSplitter(first_max_chars=self.first_max_chars)
+        return SentenceSplitter(first_max_chars=self.first_max_chars, first_unit_words=self.first_unit_words)
 
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0,
                    lang: str | None = None, cancel: CancelEvent | None = None) -> Iterator[AudioChunk]:
         """Validate eagerly (errors raise here, not at the first next()), then stream chunks."""
         self.check_text(text)
         voice, lang = self.check(voice, speed, lang)
-        sentences = split_sentences(text, self.first_max_chars)
+        sentences = split_sentences(text, self.first_max_chars, self.first_unit_words)
         if not any(speakable(s.text) for s in sentences):
             raise InvalidInput("text has nothing to speak (only markup, code or emoji)")
         return self.synthesize_sentences(sentences, voice, speed, lang, cancel)
@@ -95,10 +102,20 @@ class SentenceEngine:
         return self._stream(sentences, voice, speed, lang, cancel or NEVER_CANCELLED)
 
     def _pause_before(self, previous: Sentence | None) -> int:
-        if previous is None:
-            return 0  # the first sound of an answer is never delayed
+        if previous is None or previous.continues:
+            return 0  # the first sound of an answer is never delayed; a phrase cut in two goes straight on
         seconds = self._clause_pause if previous.text.rstrip()[-1:] in ",;:—–-" else self._sentence_pause
         return int(seconds * self.sample_rate)
+
+    def _seam(self, audio: np.ndarray, lead: bool, trail: bool) -> np.ndarray:
+        """`audio` with its leading and/or trailing silence cut to SEAM_SILENCE_S."""
+        loud = np.flatnonzero(np.abs(audio) > SILENT) if lead or trail else ()
+        if not len(loud):
+            return audio
+        keep = int(SEAM_SILENCE_S * self.sample_rate)
+        start = max(0, loud[0] - keep) if lead else 0
+        end = min(len(audio), loud[-1] + 1 + keep) if trail else len(audio)
+        return audio[start:end]
 
     def _stream(self, sentences: Iterable[Sentence], voice: str, speed: float, lang: str,
                 cancel: CancelEvent) -> Iterator[AudioChunk]:
@@ -112,6 +129,7 @@ class SentenceEngine:
             if not runs:
                 continue
             pending = b"\0\0" * self._pause_before(previous)
+            joined = previous is not None and previous.continues
             previous = sentence
             # Bounded runs: bounded memory per run, and the first chunks of a long sentence leave before the rest
             # is rendered. Chunks stay chunk_samples long across runs; only the sentence's last may be shorter.
@@ -120,8 +138,9 @@ class SentenceEngine:
                 audio = self._render(run, voice, speed, cancel)
                 if cancel.is_set():
                     return
-                pending += float_to_pcm16(audio)
                 final = n == len(runs) - 1
+                pending += float_to_pcm16(self._seam(audio, lead=joined and n == 0,
+                                                     trail=final and sentence.continues))
                 while len(pending) >= step or (final and pending):
                     if cancel.is_set():
                         return

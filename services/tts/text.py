@@ -6,8 +6,9 @@ Two responsibilities:
   as soon as it is complete, with its character span in the whole input. Sentence ends are found
   by pysbd (abbreviations, decimals, ellipses, quotes and brackets after the stop); a line break
   always ends a sentence (markdown lists and headings carry no stop), fenced code is skipped,
-  and a long first sentence is cut at its first clause boundary (or, lacking one, at a space) so the
-  first audio comes early.
+  and the answer's opening is spoken in short units that grow: the first clause, or lacking one the
+  first few words, then a unit about twice as long, then whole sentences; so the first audio comes early
+  and each unit is synthesised while the one before it plays.
 * :func:`speakable` turns one sentence into plain words: markdown, emoji and code are stripped;
   numbers, ordinals, years, times, money, percentages and common symbols are spelled out
   (num2words does the numbers; the patterns around them are small and specific to speech).
@@ -26,32 +27,43 @@ _FENCE = "```"
 # pysbd misses a stop inside a closing bracket: "It is big (really big.) Fine."
 _BRACKET_END = re.compile(r"(?<=[.!?][)\]])\s+(?=[\"“(\[]?[A-Z0-9])")
 _CLAUSE = re.compile(r"[,;:](?=\s)|\s[—–-]{1,2}(?=\s)")
+# A clause mark that ends the text so far, after a letter (not the "1," of "1,000"): while the text streams in, the
+# clause is complete as soon as its mark arrives, one token before the next word confirms it.
+_CLAUSE_AT_END = re.compile(r"(?<=[^\W\d_])[,;:]\s*$")
 
 
 @dataclass(frozen=True)
 class Sentence:
-    """One unit of speech: its position in the stream and its span [start, end) in the input."""
+    """One unit of speech: its position in the stream and its span [start, end) in the input.
+
+    ``continues``: the unit was cut between two words of one phrase, so the next unit goes on without a pause."""
 
     index: int
     text: str
     start: int
     end: int
+    continues: bool = False
+
+
+# Units of the opening that may be cut out of a longer sentence; each allows twice the previous one's size.
+OPENING_UNITS = 2
 
 
 class SentenceSplitter:
     """Incremental sentence splitter: ``push(piece)`` and ``close()`` return finished sentences.
 
-    ``first_max_chars``: a first sentence longer than this is cut at its first clause boundary
-    (``, ; : —``) that leaves at least ``min_clause_chars`` before it. 0 turns that off. A first sentence
-    with no clause boundary is cut at the last space before ``first_hard_max_chars``: a model that writes one
-    long sentence without commas must not hold back the first audio until the whole sentence exists.
+    The opening (the first ``OPENING_UNITS`` units) is cut short: a unit longer than ``first_max_chars`` is cut at
+    its first clause boundary (``, ; : —``) that leaves at least ``min_clause_chars`` before it; lacking one, it
+    is cut after its first ``first_unit_words`` words as soon as the next word has begun. The second unit allows
+    twice both. 0 turns either cut off. A model's text arrives at a few words per 100 ms on a small CPU, so
+    waiting for a whole first sentence (or even a clause that never comes) holds the first audio back by as much.
     """
 
-    def __init__(self, first_max_chars: int = 24, min_clause_chars: int = 4, first_hard_max_chars: int = 48) -> None:
+    def __init__(self, first_max_chars: int = 12, min_clause_chars: int = 4, first_unit_words: int = 4) -> None:
         self._segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
         self._first_max = first_max_chars
         self._min_clause = min_clause_chars
-        self._hard_max = max(first_hard_max_chars, first_max_chars)
+        self._unit_words = first_unit_words
         self._buf = ""
         self._base = 0  # offset of _buf[0] in the whole input
         self._in_code = False
@@ -112,41 +124,47 @@ class SentenceSplitter:
             consumed = end
         if complete:
             consumed = len(text)
-        elif self._count == 0 and not out:
-            clause = self._first_clause(text)
-            if clause:
-                out += self._emit(text, 0, clause)
-                consumed = clause
+        elif self._count < OPENING_UNITS and not out:
+            cut, continues = self._opening_cut(text, streaming=True)
+            if cut:
+                out += self._emit(text, 0, cut, continues, head=True)
+                consumed = cut
         self._consume(consumed)
         return out
 
-    def _first_clause(self, text: str) -> int:
-        """End of the first clause worth speaking alone, or 0 when none should be cut."""
-        if not self._first_max or len(text.strip()) <= self._first_max:
-            return 0
-        for m in _CLAUSE.finditer(text):
-            if len(text[: m.start()].strip()) >= self._min_clause and text[m.end():].strip():
-                return m.end()
-        if len(text.strip()) <= self._hard_max:
-            return 0
-        space = text.rfind(" ", 0, self._hard_max)
-        if space > 0 and len(text[:space].strip()) >= self._min_clause and text[space:].strip():
-            return space
-        return 0
+    def _opening_cut(self, text: str, streaming: bool = False) -> tuple[int, bool]:
+        """(end of the opening unit worth speaking alone, whether it ends inside a phrase); (0, False) when the
+        unit should not be cut (yet). `streaming`: `text` is all there is so far, and more will come."""
+        if self._count >= OPENING_UNITS:
+            return 0, False
+        max_chars, words = self._first_max << self._count, self._unit_words << self._count
+        starts = [m.start() for m in re.finditer(r"\S+", text)] if words else []
+        enough_words = len(starts) > words  # the word after the cut has begun, so the last one before it is whole
+        if max_chars and (len(text.strip()) > max_chars or enough_words):
+            for m in _CLAUSE.finditer(text):  # a clause sounds finished on its own; a phrase cut mid-way less so
+                if len(text[: m.start()].strip()) >= self._min_clause and text[m.end():].strip():
+                    return m.end(), False
+            end = _CLAUSE_AT_END.search(text) if streaming else None
+            if end and len(text[: end.start()].strip()) >= self._min_clause:
+                return end.start() + 1, False
+        if words and enough_words:
+            return len(text[: starts[words]].rstrip()), True
+        return 0, False
 
-    def _emit(self, text: str, start: int, end: int) -> list[Sentence]:
+    def _emit(self, text: str, start: int, end: int, continues: bool = False, head: bool = False) -> list[Sentence]:
+        """`head`: the span is a unit already cut out of a longer one, spoken as it is."""
         piece = text[start:end]
         lead = len(piece) - len(piece.lstrip())
         body = piece.strip()
         if not body:
             return []
-        if self._count == 0:  # a long first sentence: speak its first clause on its own
-            cut = self._first_clause(body)
-            if cut:
-                head_end = start + lead + cut
-                return self._emit(text, start, head_end) + self._emit(text, head_end, end)
+        cut, cut_continues = (0, False) if head else self._opening_cut(body)
+        if cut:  # a long unit of the opening: speak its head on its own
+            head_end = start + lead + cut
+            return (self._emit(text, start, head_end, cut_continues, head=True)
+                    + self._emit(text, head_end, end, continues))
         sentence = Sentence(self._count, body, self._base + start + lead,
-                            self._base + start + lead + len(body))
+                            self._base + start + lead + len(body), continues)
         self._count += 1
         return [sentence]
 
@@ -157,9 +175,9 @@ def _split_brackets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def split_sentences(text: str, first_max_chars: int = 24) -> list[Sentence]:
+def split_sentences(text: str, first_max_chars: int = 12, first_unit_words: int = 4) -> list[Sentence]:
     """All sentences of a complete text."""
-    splitter = SentenceSplitter(first_max_chars=first_max_chars)
+    splitter = SentenceSplitter(first_max_chars=first_max_chars, first_unit_words=first_unit_words)
     return splitter.push(text) + splitter.close()
 
 

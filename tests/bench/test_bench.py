@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from services.common import config
 from tools.bench import stats
 from tools.bench.__main__ import main
 from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
@@ -63,10 +64,19 @@ def test_the_page_client_stops_where_its_vad_hears_the_end_of_speech(tmp_path) -
     last_voiced_ms = voiced[-1] / 16
     cut = page_vad_end(speech.astype("<i2").tobytes())
     assert cut % 1024 == 0  # whole 32 ms frames, as the page sends them
-    # 400 ms of silence after the speech ends (capture.js redemptionMs), plus the frame it is heard in
-    assert 400 <= cut / 32 - last_voiced_ms <= 400 + 3 * 32
+    # the server's turn silence after the speech ends (capture.js redemptionMs), plus the frame it is heard in
+    silence = config.load(config.VadConfig, {}).turn_silence_ms
+    assert silence <= cut / 32 - last_voiced_ms <= silence + 3 * 32
     with pytest.raises(ValueError, match="no end of speech"):
         page_vad_end(bytes(32000))
+
+
+def test_gaps_are_the_silences_a_player_that_never_waits_would_play() -> None:
+    """Chunks of 0.1 s: the second comes while the first plays, the third 50 ms after the audio ran out, the fourth
+    in time again."""
+    chunks = [(0.0, 2400), (0.05, 2400), (0.25, 2400), (0.3, 2400)]
+    assert stats.playback_gaps(chunks, 24000) == [50.0]
+    assert stats.playback_gaps([(0.0, 2400)], 24000) == []
 
 
 def test_compare_lists_every_shared_figure(capsys, tmp_path) -> None:
@@ -100,7 +110,7 @@ def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsy
     assert {"cpu", "cores", "load_average", "load_average_end"} <= r["machine"].keys()
     assert r["command"].startswith("python -m tools.bench run") and r["wall_s"] > 0
     assert set(r["cases"]) == {"spoken_short_camera", "spoken_short_raw", "typed"}
-    assert "Time to first audio per case" in printed and "TTFA p50" in printed
+    assert "Time to first audio per case" in printed and "longest gap" in printed and "engines: spoken" in printed
     for name, case in r["cases"].items():
         s = case["summary"]
         assert s["ok"] == 2, (name, case["rows"])

@@ -6,7 +6,8 @@ twice real time like a TTS that runs ahead of playback; `interrupt` cancels it a
 sentences whose audio had started playing as `heard_text`. `turn.done` waits for the page's final `playback`
 report (or the interrupt), so `heard_text` is what the listener heard. Typing DROP_SOCKET makes it close the socket;
 typing a key of SCRIPTED_FAILURES gets that busy/error event instead of a turn; typing LONG_ANSWER gets a turn that
-ends like the real gateway's (turn.done right after audio.done).
+ends like the real gateway's (turn.done right after audio.done); typing STALLED_ANSWER gets a turn whose audio stops
+coming for STALL_S after its first STALL_AFTER_CHUNKS chunks, so the page's player runs dry once mid-answer.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ DROP_SOCKET = "/test-drop-socket"  # a typed text that makes the fake close the 
 # page has played it all (an interrupt after that is too late for heard_text).
 LONG_ANSWER = "/test-long-answer"
 LONG_ANSWER_SECONDS = 5.0
+STALLED_ANSWER = "/test-stalled-answer"
+STALL_AFTER_CHUNKS = 6  # 0.5 s of audio, sent at twice real time
+STALL_S = 1.0  # the player has about 0.25 s of that audio left when the stall begins
 SCRIPTED_FAILURES = {  # typed texts answered by a failure instead of a turn
     "/test-busy": {"type": "busy", "message": "2 requests are already running; try again in a moment"},
     "/test-error": {"type": "error", "code": "unavailable", "message": "the llm service is down"},
@@ -110,9 +114,11 @@ class _Session:
             if kind == "audio.end":
                 self.recorder.audio_ends += 1
             long = kind == "text" and message.get("text") == LONG_ANSWER
+            stalled = kind == "text" and message.get("text") == STALLED_ANSWER
             self.turn_task = asyncio.create_task(
                 self._run_turn("text" if kind == "text" else "speech", audio_ms,
-                               LONG_ANSWER_SECONDS if long else None, wait_for_playback=not long))
+                               LONG_ANSWER_SECONDS if long else None, wait_for_playback=not long,
+                               stall_after=STALL_AFTER_CHUNKS if stalled else None))
         elif kind == "interrupt" and message.get("turn_id") == self.turn_id:
             self.played = int(message["played_samples"])
             if self.turn_task and not self.turn_task.done():
@@ -130,7 +136,8 @@ class _Session:
                         if f.utterance == self.recorder.audio_ends)
         return pcm_bytes / 2 / 16  # PCM16 at 16 kHz
 
-    async def _run_turn(self, source: str, audio_ms: float, seconds: float | None, wait_for_playback: bool) -> None:
+    async def _run_turn(self, source: str, audio_ms: float, seconds: float | None, wait_for_playback: bool,
+                        stall_after: int | None = None) -> None:
         self.turn_id = f"t{self.turns}"
         seconds = seconds or self.script.seconds(self.turns)
         self.turns += 1
@@ -148,7 +155,7 @@ class _Session:
             size = min(CHUNK, self.total_samples - offset)
             await self.ws.send_bytes(audio_out_frame(seq, offset, sine_pcm16(size, offset)))
             seq += 1
-            await asyncio.sleep(size / RATE_OUT / 2)
+            await asyncio.sleep(size / RATE_OUT / 2 + (STALL_S if seq == stall_after else 0.0))
         await self.ws.send_json({"type": "audio.done", "turn_id": self.turn_id, "samples": self.total_samples})
         if wait_for_playback:
             with contextlib.suppress(asyncio.TimeoutError):

@@ -320,6 +320,8 @@ class TextOnlyRun:
     connection_texts: list[str]
     health: str
     interrupts: list[dict]
+    playback_before_stall: dict  # the player's gap report (sottoDebug.playback) after a turn paced as TTS is
+    playback_after_stall: dict   # ... and after a turn whose audio stopped coming for a while mid-answer
 
 
 # Without --use-fake-ui-for-media-stream headless Chromium denies the permission prompt; with it but without fake
@@ -331,9 +333,10 @@ NO_MIC_ARGS = {
 
 
 async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text: str,
-                        long_text: str) -> TextOnlyRun:
-    """Start without a usable microphone, type a turn, then texts the server answers with failures, then one that
-    makes it drop the socket; the page reconnects; then pick another voice; then stop a long answer with Escape."""
+                        long_text: str, stalled_text: str) -> TextOnlyRun:
+    """Start without a usable microphone, type a turn, then one whose audio stalls mid-way, then texts the server
+    answers with failures, then one that makes it drop the socket; the page reconnects; then pick another voice; then
+    stop a long answer with Escape."""
     log = BrowserLog()
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=NO_MIC_ARGS[mode])
@@ -351,6 +354,11 @@ async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text
             await page.get_by_label("Type a message").fill("Typed without a microphone")
             await page.get_by_role("button", name="Send").click()
             await wait_for_events(page, "in", "turn.done", 1, timeout_s=20)
+            playback_before_stall = await debug(page, "playback")
+            await page.get_by_label("Type a message").fill(stalled_text)
+            await page.get_by_label("Type a message").press("Enter")
+            await wait_for_events(page, "in", "turn.done", 2, timeout_s=20)
+            playback_after_stall = await debug(page, "playback")
             for failure in failures:
                 await page.get_by_label("Type a message").fill(failure)
                 await page.get_by_label("Type a message").press("Enter")
@@ -368,7 +376,7 @@ async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text
             # An answer whose turn.done comes before it has all played; Escape stops it.
             await page.get_by_label("Type a message").fill(long_text)
             await page.get_by_label("Type a message").press("Enter")
-            await wait_for_events(page, "in", "turn.done", 2, timeout_s=20)
+            await wait_for_events(page, "in", "turn.done", 3, timeout_s=20)
             await page.wait_for_function("() => window.sottoDebug.state === 'speaking'")
             await page.keyboard.press("Escape")
             await wait_for_events(page, "out", "interrupt", 1, timeout_s=5)
@@ -381,6 +389,8 @@ async def run_text_only(base_url: str, mode: str, failures: list[str], drop_text
                 connection_texts=connection_texts,
                 health=await page.locator("#health").inner_text(),
                 interrupts=[e for e in await debug(page, "events") if e["type"] == "interrupt"],
+                playback_before_stall=playback_before_stall,
+                playback_after_stall=playback_after_stall,
             )
         finally:
             await browser.close()

@@ -1,5 +1,6 @@
 """The page in headless Chromium against the real stack: real gateway, vad, llm (the tiny multimodal LiteRT-LM
-model) and tts (Kokoro ONNX), with the fake camera of the other browser tests and the cued microphone.
+model) and tts (Piper's English voice, the offline choice), with the fake camera of the other browser tests and the
+cued microphone.
 
 Conversation (page_driver.REAL): once the page listens, the user asks a question; as soon as the page has played
 50 ms of the answer, the user talks over it; then types a message. The tiny model writes random characters and

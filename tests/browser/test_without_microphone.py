@@ -1,6 +1,7 @@
 """Without a usable microphone (permission denied, or no device) the page says so clearly and still works by text;
 busy and error events are shown; when the socket drops it reconnects with backoff and opens a new session; a new
-voice opens a new session too; Escape stops an answer, even one whose turn.done came before it had all played."""
+voice opens a new session too; Escape stops an answer, even one whose turn.done came before it had all played; the
+player reports a gap in an answer's audio (an underrun) with its length."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
         async with serve_fake_gateway(vendor_dir, recorder, fake_gateway.Script([1.0])) as url:
             return await asyncio.wait_for(
                 page_driver.run_text_only(url, mode, ["/test-busy", "/test-error"], fake_gateway.DROP_SOCKET,
-                                          fake_gateway.LONG_ANSWER),
+                                          fake_gateway.LONG_ANSWER, fake_gateway.STALLED_ANSWER),
                 timeout=60)
 
     result = asyncio.run(run())
@@ -39,6 +40,13 @@ def test_text_only_session_with_clear_message_and_reconnection(mode: str, vendor
     assert result.transcript[1].startswith("Sotto:The table holds a red cup.")
     assert result.log.console_errors == [] and result.log.failed == []
     assert "llm: serving" in result.health
+
+    # Audio paced ahead of playback plays without a gap a listener would notice; a stalled answer's silence is
+    # reported once, about as long as the audio failed to come (0.75 s, less what the player still held).
+    assert all(gap < 300 for gap in result.playback_before_stall["gapsMs"]), result.playback_before_stall
+    stall_gaps = result.playback_after_stall["gapsMs"][len(result.playback_before_stall["gapsMs"]):]
+    assert [gap for gap in stall_gaps if gap >= 300] == [pytest.approx(750, abs=400)], result.playback_after_stall
+    assert result.playback_after_stall["underruns"] == len(result.playback_after_stall["gapsMs"])
 
     starts = recorder.of_type("session.start")
     assert len(starts) == 3, "no reconnection after the socket dropped, or no new session for the new voice"

@@ -54,9 +54,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     os.environ.update({"COMPOSE_PROJECT_NAME": f"sotto-test-{os.getpid()}",
                        "SOTTO_GATEWAY_PUBLISH_PORT": str(port),
-                       "SOTTO_RUN_DIR": str(tmp_path_factory.mktemp("run")),
-                       # first-sentence synthesis on a small shared CPU can take seconds (as in tests/e2e)
-                       "SOTTO_REQUEST_TIMEOUT_MS": "15000"})
+                       "SOTTO_RUN_DIR": str(tmp_path_factory.mktemp("run"))})
     try:
         reason = _why_not_runnable()
         if reason:

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT_OUT = Path(os.environ.get("SOTTO_MODEL_DIR") or Path.home() / ".cache" / "sotto" / "models") / "offline"
-MODEL_NAME = "smollm2-135m-instruct.litertlm"
+MODEL_NAME = "smollm2-135m-instruct-p64.litertlm"
 
 QUESTIONS = [
     ("What is the capital of France?", r"\bparis\b"),

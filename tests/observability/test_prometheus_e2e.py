@@ -124,8 +124,7 @@ async def fake_stack(tmp: Path) -> AsyncIterator[RunningStack]:
 async def real_stack(tmp: Path) -> AsyncIterator[RunningStack]:
     ports = {name: free_port() for name in ("gateway", "vad", "llm", "tts", "asr", "vad_m", "llm_m", "tts_m",
                                             "asr_m")}
-    # first-sentence synthesis on a small shared CPU can take seconds (as in tests/e2e)
-    env = {**base_env(tmp), "SOTTO_GATEWAY_PORT": str(ports["gateway"]), "SOTTO_REQUEST_TIMEOUT_MS": "15000"}
+    env = {**base_env(tmp), "SOTTO_GATEWAY_PORT": str(ports["gateway"])}
     for name in ("vad", "llm", "tts", "asr"):
         env[f"SOTTO_{name.upper()}_PORT"] = str(ports[name])
         env[f"SOTTO_{name.upper()}_METRICS_PORT"] = str(ports[f"{name}_m"])

@@ -1,7 +1,8 @@
 """The real stack for reliability tests, plus what they measure: process pids, RSS, open file descriptors.
 
 One stack per test module (faults leave restarted processes behind; each module starts clean). The request
-timeout is set explicitly, so the deadline every fault test waits for is known.
+timeout is the product's default, passed explicitly so that the deadline every fault test waits for is known
+whatever the caller's environment says.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common import config
 from tools.stack import RealStack, start_stack, stop_stack, wait_until
 
-REQUEST_TIMEOUT_MS = 10000  # tts takes seconds for a first sentence on a small shared CPU
+REQUEST_TIMEOUT_MS = config.load(config.GatewayConfig, {}).request_timeout_ms
 SERVICES = ("vad", "llm", "tts", "gateway")
 
 

@@ -23,7 +23,7 @@ def test_a_sentence_is_speech_of_plausible_length(onnx_engine, vad):
 
 
 def test_chunks_are_2048_samples_except_each_sentences_last(onnx_engine):
-    text = "First sentence is here. The second one is a little bit longer than that. Third!"
+    text = "First sentence is here. The second one is a bit longer. Third!"
     chunks = list(onnx_engine.synthesize(text, VOICE))
     by_sentence: dict[int, list] = {}
     for chunk in chunks:
@@ -38,7 +38,7 @@ def test_chunks_are_2048_samples_except_each_sentences_last(onnx_engine):
             assert chunk.sample_offset == offset
             offset += chunk.samples
         span = text[sentence_chunks[0].text_start:sentence_chunks[0].text_end]
-        assert span == ["First sentence is here.", "The second one is a little bit longer than that.",
+        assert span == ["First sentence is here.", "The second one is a bit longer.",
                         "Third!"][index]
 
 
@@ -61,6 +61,7 @@ def test_cancel_mid_run_stops_within_a_chunk(onnx_engine, onnx_runs, monkeypatch
     text = ("This is a rather long sentence that keeps going without any pause at all, so that the model "
             "has a great deal of work to do in one single run of the network before any audio exists.")
     monkeypatch.setattr(onnx_engine, "first_max_chars", 0)  # one long run, no short first clause before it
+    monkeypatch.setattr(onnx_engine, "first_unit_words", 0)
     cancel = CancelEvent()
     canceller = threading.Thread(target=lambda: onnx_runs.started.wait(60) and cancel.set())
     canceller.start()

@@ -163,6 +163,7 @@ async def test_cancel_after_first_chunk_stops_the_synthesis(tts, synthesis):
 async def test_cancel_during_a_model_run_aborts_it(tts, synthesis, onnx_runs, onnx_engine, monkeypatch):
     stub, executor = tts
     monkeypatch.setattr(onnx_engine, "first_max_chars", 0)  # a whole sentence in the first run, not a clause
+    monkeypatch.setattr(onnx_engine, "first_unit_words", 0)
     call = stub.Synthesize(tts_pb2.SynthesizeRequest(text=LONG, config=VOICE), timeout=120)
     await eventually(onnx_runs.started.is_set, 60, "the first model run")
     call.cancel()

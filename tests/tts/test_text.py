@@ -34,7 +34,7 @@ def streamed(pieces: list[str], **kw) -> list:
     ("Look:\n```python\nprint('x')\n```\nDone.", ["Look:", "Done."]),
 ])
 def test_sentence_ends(text, expected):
-    assert texts(text, first_max_chars=0) == expected
+    assert texts(text, first_max_chars=0, first_unit_words=0) == expected
 
 
 def test_spans_point_into_the_original_text():
@@ -62,11 +62,33 @@ def test_a_sentence_is_emitted_as_soon_as_the_next_one_starts():
     assert [s.text for s in splitter.close()] == ["The"]
 
 
-def test_long_first_sentence_is_cut_at_a_clause_boundary():
+def test_the_opening_is_cut_at_clause_boundaries_into_growing_units():
     text = "Sure, that is a good question about the history of Rome; it is long. Second one, kept whole."
-    assert texts(text, first_max_chars=30) == ["Sure,", "that is a good question about the history of Rome; it is long.",
-                                               "Second one, kept whole."]
-    assert texts(text, first_max_chars=0)[0] == "Sure, that is a good question about the history of Rome; it is long."
+    assert texts(text, first_max_chars=30) == ["Sure,", "that is a good question about the history of Rome;",
+                                               "it is long.", "Second one, kept whole."]
+    assert texts(text, first_max_chars=0, first_unit_words=0)[0] == (
+        "Sure, that is a good question about the history of Rome; it is long.")
+
+
+def test_the_first_words_are_spoken_before_the_first_sentence_ends():
+    """A first sentence without a clause: its first four words go out as soon as the fifth begins, marked as
+    continuing (spoken on without a pause); the second unit may hold twice as many words, then sentences are whole."""
+    text = "The capital of France is a city that sits on the river Seine and has about two million people. Yes."
+    splitter = SentenceSplitter()
+    pieces = re.findall(r"\S+\s*", text)
+    assert [s.text for piece in pieces[:4] for s in splitter.push(piece)] == []
+    first = splitter.push(pieces[4])
+    assert [(s.text, s.continues) for s in first] == [("The capital of France", True)]
+    rest = [s for piece in pieces[5:] for s in splitter.push(piece)] + splitter.close()
+    assert [(s.text, s.continues) for s in rest] == [
+        ("is a city that sits on the river", True), ("Seine and has about two million people.", False), ("Yes.", False)]
+    assert [s.index for s in first + rest] == [0, 1, 2, 3]
+    assert "".join(text[s.start:s.end] + " " for s in first + rest).split() == text.split()
+
+
+def test_a_clause_is_preferred_to_a_cut_between_words():
+    assert [(s.text, s.continues) for s in streamed(re.findall(r"\S+\s*", "Sure, I can help with that."))] == [
+        ("Sure,", False), ("I can help with that.", False)]
 
 
 def test_first_clause_is_spoken_before_the_first_sentence_ends():
@@ -134,3 +156,16 @@ def test_a_long_first_sentence_without_a_clause_is_cut_at_a_space_while_it_strea
     for sentence in got:
         assert text[sentence.start:sentence.end] == sentence.text
     assert "".join(text[s.start:s.end] + " " for s in got).split() == text.split()
+
+
+def test_a_first_clause_goes_out_as_soon_as_its_comma_arrives():
+    splitter = SentenceSplitter()
+    assert splitter.push("Le") + splitter.push(" Grand") + splitter.push(" Paris") == []
+    assert [(s.text, s.continues) for s in splitter.push(",")] == [("Le Grand Paris,", False)]
+    assert [s.text for s in splitter.push(" le Grand.") + splitter.close()] == ["le Grand."]
+
+
+def test_a_comma_inside_a_number_is_not_a_clause():
+    splitter = SentenceSplitter()
+    assert splitter.push("About 1") + splitter.push(",") == []
+    assert [s.text for s in splitter.push("000 dollars.") + splitter.close()] == ["About 1,000 dollars."]

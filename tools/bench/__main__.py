@@ -1,4 +1,5 @@
-"""Command line: `run` (the whole benchmark), `tts` (speech engines side by side) and `compare A.json B.json`."""
+"""Command line: `run` (the whole benchmark), `tts` (speech engines side by side), `units` (how long the first unit of
+speech may be) and `compare A.json B.json`."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="SOTTO_TTS_ENGINE values, comma list")
     tts.add_argument("--repeat", type=int, default=5, help="runs per answer (the median is reported)")
     tts.add_argument("--out", type=Path, help="also save the figures as JSON here")
+    units = sub.add_parser("units", help="first chunk vs the opening's length, and the silence at each kind of seam")
+    units.add_argument("--engine", default="piper", help="a SOTTO_TTS_ENGINE value")
+    units.add_argument("--repeat", type=int, default=5, help="runs per length (the median is reported)")
     cmp_ = sub.add_parser("compare", help="per-figure differences of two result files")
     cmp_.add_argument("a", type=Path)
     cmp_.add_argument("b", type=Path)
@@ -45,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         rows = stats.compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
         print(stats.format_compare(rows, args.changed))
+        return 0
+    if args.command == "units":
+        from tools.bench import components
+
+        components.print_opening_units(components.opening_units(args.engine, args.repeat))
+        print(f"load average {stats.load_average()}")
         return 0
     if args.command == "tts":
         from tools.bench import components

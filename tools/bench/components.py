@@ -28,6 +28,7 @@ ANSWERS = {
                "live in the city itself."),
 }
 MLX_SENTENCE = "Hi there."
+SAMPLE_RATE_OUT = 24000
 
 
 def _speech_like(seconds: float, seed: int) -> np.ndarray:
@@ -105,7 +106,7 @@ def tts(engine, voice: str, repeat: int = 2, answers: tuple[str, ...] = tuple(AN
     return {"engine": engine.name, "answers": tts_answers(engine, voice, repeat, answers), "mlx": _mlx()}
 
 
-def tts_engines(names: tuple[str, ...], repeat: int = 5) -> dict:
+def tts_engines(names: tuple[str, ...], repeat: int = 5, answers: tuple[str, ...] = tuple(ANSWERS)) -> dict:
     """Each named engine (SOTTO_TTS_ENGINE values) built by the service's own loader, offline, with the models a
     fresh `make test` has (Kokoro: the offline kit; Piper: the voice the `tts` extra installs), on the same
     answers, one engine at a time."""
@@ -122,7 +123,7 @@ def tts_engines(names: tuple[str, ...], repeat: int = 5) -> dict:
         load_s = time.perf_counter() - started
         rows[name] = {"engine": loaded.engine.name, "voice": loaded.engine.default_voice,
                       "load_and_warmup_s": round(load_s, 2),
-                      "answers": tts_answers(loaded.engine, loaded.engine.default_voice, repeat)}
+                      "answers": tts_answers(loaded.engine, loaded.engine.default_voice, repeat, answers)}
     return rows
 
 
@@ -159,3 +160,58 @@ def _mlx(timeout_s: float = 120.0) -> dict:
     except ValueError:
         return {"skipped": "kokoro-mlx failed: " + (done.stderr.strip().splitlines() or ["?"])[-1]}
     return {"text": MLX_SENTENCE, "total_s": round(wall, 2), "audio_s": round(audio, 2), "rtf": round(wall / audio, 2)}
+
+
+UNIT_SENTENCE = "The capital of France is Paris, a city on the Seine where about two million people live today."
+
+
+def _silence_at_seam(chunks: list, first: int) -> float:
+    """ms of silence from unit `first`'s last loud sample to the next unit's first one (level above 1 %)."""
+    def pcm(index: int) -> np.ndarray:
+        return np.frombuffer(b"".join(c.pcm for c in chunks if c.sentence_index == index), np.int16)
+    before, after = pcm(first), pcm(first + 1)
+    loud_before, loud_after = np.flatnonzero(np.abs(before) > 328), np.flatnonzero(np.abs(after) > 328)
+    return round((len(before) - 1 - loud_before[-1] + loud_after[0]) * 1000 / SAMPLE_RATE_OUT, 1)
+
+
+def opening_units(name: str, repeat: int = 5, words: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12)) -> dict:
+    """How long the first unit of speech may be: the engine's first chunk for an opening of n words, and the
+    silence a listener hears where one phrase is spoken as two units (cut between words) against a cut at a
+    clause (the comma) and between sentences. A listening-free proxy for how natural the seams sound."""
+    from services.common import config
+    from services.tts.loading import load_engine
+    from services.tts.text import Sentence
+    from tools.stack import model_dir
+
+    env = {"SOTTO_OFFLINE": "true", "SOTTO_MODEL_DIR": str(model_dir()), "SOTTO_TTS_ENGINE": name}
+    engine = load_engine(config.load(config.TtsConfig, env), config.load(config.CommonConfig, env)).engine
+    split = UNIT_SENTENCE.split()
+    first = {}
+    for n in words:
+        opening = " ".join(split[:n])
+        unit = [Sentence(0, opening, 0, len(opening), True)]
+        runs = [_synthesis_of(engine, unit) for _ in range(repeat)]
+        first[n] = {"chars": len(opening), "first_chunk_ms": round(statistics.median(runs), 1)}
+    cuts = {"between words (trimmed, no pause)": ("The capital of France", "is Paris, a city on the Seine.", True),
+            "at a clause": ("The capital of France is Paris,", "a city on the Seine.", False),
+            "between sentences": ("The capital of France is Paris.", "It is on the Seine.", False)}
+    seams = {}
+    for label, (head, tail, continues) in cuts.items():
+        units = [Sentence(0, head, 0, len(head), continues),
+                 Sentence(1, tail, len(head) + 1, len(head) + 1 + len(tail))]
+        seams[label] = _silence_at_seam(list(engine.synthesize_sentences(units)), 0)
+    return {"engine": engine.name, "voice": engine.default_voice, "opening_words": first, "seam_silence_ms": seams}
+
+
+def _synthesis_of(engine, sentences: list) -> float:
+    started = time.perf_counter()
+    next(iter(engine.synthesize_sentences(sentences)))
+    return (time.perf_counter() - started) * 1000
+
+
+def print_opening_units(r: dict) -> None:
+    print(f"{r['engine']} ({r['voice']}): first chunk of an opening of n words")
+    for n, row in r["opening_words"].items():
+        print(f"  {n:>3} words ({row['chars']:>3} chars): {row['first_chunk_ms']:>7.1f} ms")
+    for label, ms in r["seam_silence_ms"].items():
+        print(f"  silence heard at a seam {label}: {ms:.0f} ms")

@@ -1,9 +1,11 @@
 """The bench's fixed inputs: espeak-ng questions, a synthetic camera frame and typed questions.
 
 Spoken cases come in two clients. "page" does what the product's page does (static/js/capture.js): its own
-Silero VAD decides the end of speech, audio stops at that frame and `audio.end` follows, so nothing streams
-while the answer is prepared. "raw" is a client without its own VAD (the Python client, a bare microphone
-stream): it goes on streaming, here 0.8 s of trailing silence, and the server's VAD endpoints.
+Silero VAD decides the end of speech after the server's turn silence (`SOTTO_VAD_TURN_SILENCE_MS`, which the page
+reads from session.ready), audio stops at that frame and `audio.end` follows, asking the server's turn model for
+its verdict; only if the model holds the turn open does the page stream on. "raw" is a client without its own VAD
+(the Python client, a bare microphone stream): it goes on streaming, here 0.8 s of trailing silence, and the
+server's VAD endpoints.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from services.common import config
 from services.gateway.client import FRAME_MS
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
 from tools.speech import speak
@@ -24,6 +27,7 @@ LONG_QUESTION = ("I am standing in my kitchen and I would like to cook something
                  "so could you tell me what I could make with the things you can see here?")
 TYPED_QUESTION = "What is the capital of France?"
 LOAD_QUESTION = "Say hello in one short sentence."
+TRAILING_S = 2.0  # silence after each question: what the page would stream if the server held the turn open
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,12 @@ class Case:
     @property
     def page_audio(self) -> bytes:
         """What the page sends: the speech, then silence up to the frame where its VAD heard the end."""
-        return (self.pcm16 + bytes(max(0, self.page_end_bytes - len(self.pcm16))))[:self.page_end_bytes]
+        return self.trailed[:self.page_end_bytes]
+
+    @property
+    def trailed(self) -> bytes:
+        """The speech and the silence after it, what a held turn streams on into."""
+        return self.pcm16 + bytes(int(TRAILING_S * 16000) * 2)
 
 
 def camera_jpeg(seed: int = 0, size: tuple[int, int] = (320, 240)) -> bytes:
@@ -56,13 +65,14 @@ def camera_jpeg(seed: int = 0, size: tuple[int, int] = (320, 240)) -> bytes:
     return buf.getvalue()
 
 
-def page_vad_end(pcm16: bytes, trailing_s: float = 2.0) -> int:
+def page_vad_end(pcm16: bytes, trailing_s: float = TRAILING_S) -> int:
     """How much audio (bytes) the page sends for `pcm16` followed by silence: every frame up to and including the one
     on which its VAD hears the end of speech. The page runs Silero v5 through vad-web with threshold 0.5,
-    hysteresis to 0.35, 300 ms minimum speech and 400 ms of silence (capture.js); the same model and rules
+    hysteresis to 0.35, 300 ms minimum speech and the server's turn silence (capture.js); the same model and rules
     here, so the cut falls where the page's would."""
     audio = pcm16 + bytes(int(trailing_s * 16000) * 2)
-    page = VadSettings(threshold=0.5, neg_threshold=0.35, min_speech_ms=300, min_silence_ms=400)
+    silence = config.load(config.VadConfig, {}).turn_silence_ms  # the page's floor, 64 ms, is below Silero's 100
+    page = VadSettings(threshold=0.5, neg_threshold=0.35, min_speech_ms=300, min_silence_ms=max(100, silence))
     step = 16 * FRAME_MS * 2
     with SileroVad().open_stream(16000, page) as stream:
         for i in range(0, len(audio), step):

@@ -19,16 +19,24 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
 
-def print_cases(cases: dict) -> None:
-    print("\nTime to first audio per case, ms at the client, and its stage budget (p50 of each stage)")
-    print(f"{'case':<20}{'ok':>4}{'TTFA p50':>10}{'p95':>9}{'endpoint':>10}{'1st token':>11}{'sentence':>10}"
-          f"{'tts 1st':>9}{'to client':>11}")
+def _both(s: dict | None) -> str:
+    return f"{fmt(s)} / {fmt(s, 'p95')}"
+
+
+def print_cases(cases: dict, config: dict) -> None:
+    print(f"\nengines: spoken {config.get('spoken_model', '-')} + {config.get('spoken_tts', '-')}; typed "
+          f"{config.get('typed_model', '-')} + {config.get('typed_tts', '-')}")
+    print("Time to first audio per case, ms at the client, its stage budget, and the longest silence a listener "
+          "hears once playback started (per turn): p50 / p95")
+    columns = (("TTFA", None), ("endpoint", "endpoint"), ("llm 1st token", "llm_first_token"),
+               ("1st unit", "first_sentence"), ("tts 1st chunk", "tts_first_chunk"),
+               ("to client", "gateway_to_client"))
+    print(f"{'case':<20}{'ok':>3}" + "".join(f"{title:>16}" for title, _ in columns) + f"{'longest gap':>16}")
     for name, c in cases.items():
         s = c["summary"]
-        b = s["budget_ms"]
-        print(f"{name:<20}{s['ok']:>4}{fmt(s['ttfa_ms']):>10}{fmt(s['ttfa_ms'], 'p95'):>9}{fmt(b['endpoint']):>10}"
-              f"{fmt(b['llm_first_token']):>11}{fmt(b['first_sentence']):>10}{fmt(b['tts_first_chunk']):>9}"
-              f"{fmt(b['gateway_to_client']):>11}")
+        figures = [s["ttfa_ms"] if key is None else s["budget_ms"][key] for _, key in columns]
+        print(f"{name:<20}{s['ok']:>3}" + "".join(f"{_both(f):>16}" for f in figures)
+              + f"{_both(s.get('longest_gap_ms')):>16}")
     print("\nOverhead = stack (turn start -> first audio at the client) - direct path (same engines in process), ms")
     print(f"{'case':<20}{'direct p50':>11}{'ovh p50':>9}{'95% CI':>10}{'ovh p95':>9}{'same reply':>12}")
     for name, c in cases.items():
@@ -66,18 +74,18 @@ def print_components(comp: dict) -> None:
     print(f"\nVAD: {v['model_ms_per_window']:.3f} ms CPU per {v['window_ms']:.0f} ms window (batch 8: "
           f"{v['model_batch8_ms_per_window']:.3f}; through VadStream: {v['stream_ms_per_window']:.3f}), "
           f"{v['realtime_streams_per_core']} real-time streams per core")
-    tts = comp["tts"]
-    for name, row in tts["answers"].items():
-        print(f"TTS {tts['engine']} {name}: first chunk {row['first_chunk_s'] * 1000:.0f} ms, RTF {row['rtf']:.2f} "
-              f"(CPU RTF {row['cpu_rtf']:.2f})")
-    print(f"TTS mlx: {tts['mlx']}")
+    for tts in (comp["tts"], comp.get("tts_kokoro")):
+        for name, row in (tts or {}).get("answers", {}).items():
+            print(f"TTS {tts['engine']} {name}: first chunk {row['first_chunk_s'] * 1000:.0f} ms, RTF {row['rtf']:.2f} "
+                  f"(CPU RTF {row['cpu_rtf']:.2f})")
+    print(f"TTS mlx: {comp['tts']['mlx']}")
 
 
 def print_run(r: dict) -> None:
     m = r["machine"]
-    print(f"\nSotto bench {r['started_at']}  {m['cpu']}, {m['cores']} cores, load average "
+    print(f"\nSotto bench {r['started_at']}, commit {r.get('commit')}: {m['cpu']}, {m['cores']} cores, load average "
           f"{' '.join(map(str, m['load_average']))} (start) / {' '.join(map(str, m['load_average_end']))} (end)")
-    print_cases(r["cases"])
+    print_cases(r["cases"], r["config"])
     print_overhead(r["overhead"])
     llm_engine.print_result(r["llm_service"])
     print_load(r["load"])

@@ -47,22 +47,28 @@ BUDGET_STAGES = ("endpoint", "llm_first_token", "first_sentence", "tts_first_chu
 
 
 def instruct_model() -> Path:
-    return model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
+    return model_dir() / "offline" / "smollm2-135m-instruct-p64.litertlm"
 
 
 def stage_budget(turn) -> dict[str, float | None]:
     """Where a turn's time to first audio went: the end of speech decided, the llm's first token (queue and
-    hops included), the rest of the first sentence decoded, its first audio chunk synthesised, and the
-    gateway's send to the client."""
+    hops included), the rest of the first unit of speech decoded (`first_sentence`: a clause or the first few
+    words), its first audio chunk synthesised, and the gateway's send to the client."""
     t = turn.timings
     first_token, tts, first_audio = t.get("first_token_ms"), t.get("tts_first_chunk_ms"), t.get("first_audio_ms")
     sentence = None if None in (first_token, tts, first_audio) else round(first_audio - first_token - tts, 1)
     return dict(zip(BUDGET_STAGES, (t.get("endpoint_ms"), first_token, sentence, tts, turn.transport_ms)))
 
 
+def _stack_row(turn) -> dict:
+    """A stack turn as saved: its chunks summed up as the gaps a listener would hear (stats.playback_gaps)."""
+    gaps = stats.playback_gaps(turn.chunks, turn.sample_rate)
+    return asdict(turn) | {"llm_audio_wav": None, "chunks": len(turn.chunks), "gaps_ms": gaps,
+                           "longest_gap_ms": max(gaps, default=0.0)}
+
+
 def _paired(stack_turn, direct_turn) -> dict:
-    row = {"stack": asdict(stack_turn) | {"llm_audio_wav": None}, "budget_ms": stage_budget(stack_turn),
-           "direct": asdict(direct_turn)}
+    row = {"stack": _stack_row(stack_turn), "budget_ms": stage_budget(stack_turn), "direct": asdict(direct_turn)}
     if direct_turn.first_audio_ms is not None:
         row["overhead_ms"] = round(stack_turn.client_stage_ms - direct_turn.first_audio_ms, 1)
     return row
@@ -75,6 +81,8 @@ def summarize_case(case: Case, rows: list[dict]) -> dict:
            "outcomes": {o: sum(r["stack"]["outcome"] == o for r in rows) for o in {r["stack"]["outcome"] for r in rows}},
            "ttfa_ms": stats.summary(r["stack"]["client_ttfa_ms"] for r in ok),
            "budget_ms": {stage: stats.summary(r["budget_ms"][stage] for r in ok) for stage in BUDGET_STAGES},
+           "longest_gap_ms": stats.summary(r["stack"]["longest_gap_ms"] for r in ok),
+           "gaps": sum(len(r["stack"]["gaps_ms"]) for r in ok),
            "direct_ms": {k: stats.summary(r["direct"][f"{k}_ms"] for r in ok)
                          for k in ("first_token", "first_sentence", "tts_first_chunk", "first_audio")},
            "overhead_ms": stats.summary(r["overhead_ms"] for r in ok),
@@ -139,7 +147,7 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
                 rows.append(_paired(turn, early or _direct_turn(direct, case, turn)) | {"direct_first": bool(early)})
                 previous = turn
             else:
-                rows.append({"stack": asdict(turn) | {"llm_audio_wav": None}, "direct": None})
+                rows.append({"stack": _stack_row(turn), "direct": None})
             bar.update(1)
         out[case.name] = {"rows": rows, "summary": summarize_case(case, rows), "load_average": stats.load_average()}
     return out
@@ -177,6 +185,7 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
                 try:
                     direct = DirectPath(stack.env, str(TINY_LLM))
                     result["config"]["spoken_model"] = TINY_LLM.name
+                    result["config"]["spoken_tts"] = f"{direct.tts.name} ({direct.voice})"
                     result["cases"] = run_cases(stack, direct, cases, turns, bar, timeout)
                     direct.close()
                 finally:
@@ -189,6 +198,7 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
             try:
                 direct = DirectPath(stack.env, str(model))
                 result["config"]["typed_model"] = model.name
+                result["config"]["typed_tts"] = f"{direct.tts.name} ({direct.voice})"
                 result.setdefault("cases", {}).update(run_cases(stack, direct, [typed_case()], turns, bar, timeout))
                 bar.set_description("llm service vs engine")
                 result["llm_service"] = llm_engine.measure(stack, direct, str(model), 1, turns=1 if quick else 8,
@@ -210,7 +220,10 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
                 result["components"] = {"vad": components.vad(200, 2, 1.0) if quick else components.vad()}
                 bar.update(1)
                 bar.set_description("components: tts")
-                result["components"]["tts"] = components.tts(tts_engine, voice, *((1, ("short",)) if quick else ()))
+                sizes = (1, ("short",)) if quick else ()
+                result["components"]["tts"] = components.tts(tts_engine, voice, *sizes)
+                if tts_engine.name != "kokoro":  # Kokoro ONNX on the kit too: the engine of a machine with its model
+                    result["components"]["tts_kokoro"] = components.tts_engines(("onnx",), *sizes)["onnx"]
                 bar.update(1)
         result["overhead"] = overhead(result["cases"])
     except BaseException:

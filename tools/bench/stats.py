@@ -40,6 +40,18 @@ def median_ci(values: Iterable[float | None], level: float = 0.95) -> list[float
     return [round(float(interval.low), 1), round(float(interval.high), 1)]
 
 
+def playback_gaps(chunks: Iterable[tuple[float, int]], rate: int) -> list[float]:
+    """The silences (ms) a listener hears between audio chunks, from (arrival s, samples) in arrival order: a player
+    that starts with the first chunk and plays on (the page's AudioWorklet, which keeps no buffer in reserve) runs
+    dry whenever a chunk arrives after all the audio before it has played."""
+    gaps, queued_until = [], None
+    for arrival, samples in chunks:
+        if queued_until is not None and arrival > queued_until:
+            gaps.append(round((arrival - queued_until) * 1000, 1))
+        queued_until = max(arrival, queued_until or arrival) + samples / rate
+    return gaps
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 

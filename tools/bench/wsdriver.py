@@ -42,7 +42,10 @@ class TimedTurn:
     llm_audio_wav: bytes = b""           # the utterance span the gateway cut (rebuilt from the VAD edges)
     mic_tail_ms: float = 0.0             # microphone audio sent after the server had ended the utterance
     audio_end_sent: float | None = None  # "page" client: when its audio.end left
+    held: bool = False                   # "page" client: the server's turn model held the turn open after audio.end
     images: int = 0
+    chunks: list = field(default_factory=list)  # (arrival s after the first audio, samples) of each audio chunk
+    sample_rate: int = 24000
 
 
 class TimedClient(GatewayClient):
@@ -50,12 +53,12 @@ class TimedClient(GatewayClient):
 
     def __init__(self, url: str, client_vad: bool = False) -> None:
         super().__init__(url)
-        self.client_vad = client_vad
+        self.client_vad = client_vad  # a page: its own VAD, and it streams on when the server holds the turn
         self._stamps: deque[float] = deque()
         self.frame_sent: list[float] = []   # monotonic send time of each audio frame of the current turn
 
     async def __aenter__(self) -> TimedClient:
-        await self.connect(client_vad=self.client_vad)
+        await self.connect(client_vad=self.client_vad, turn_hold=self.client_vad)
         return self
 
     async def _read(self) -> None:
@@ -101,15 +104,17 @@ async def run_turn(url: str, case: Case, timeout: float = 60.0, preroll_ms: floa
 async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float, preroll_ms: float) -> None:
     ts0 = time.time() * 1000
     pcm = b""
+    page = case.source != "text" and case.client == "page"
     if case.source == "text":
         await client.send(type="text", text=case.text)
         sent_at = time.monotonic()
     else:
         for jpeg in case.jpegs:
             await client.send_jpeg(jpeg, ts0)
-        if case.client == "page":
+        if page:
             pcm = case.page_audio
-            sender = asyncio.create_task(_send_as_page(client, pcm, ts0, turn), name="bench::send_audio")
+            held, over = asyncio.Event(), asyncio.Event()
+            sender = asyncio.create_task(_send_as_page(client, case, ts0, turn, held, over), name="bench::send_audio")
         else:
             pcm = case.pcm16 + bytes(int(TRAILING_SILENCE_S * 16000) * 2)
             sender = asyncio.create_task(client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent),
@@ -121,14 +126,21 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
         while True:
             stamp, item = await client.next_timed(max(0.0, deadline - time.monotonic()))
             if isinstance(item, bytes):
-                if HEADER.unpack_from(item)[0] == FrameKind.AUDIO_OUT and first_audio is None:
-                    first_audio = stamp
+                if HEADER.unpack_from(item)[0] == FrameKind.AUDIO_OUT:
+                    first_audio = first_audio or stamp
+                    turn.chunks.append((stamp - first_audio, (len(item) - HEADER.size) // 2))
                 continue
             kind = item["type"]
             if kind == "speech.started":
                 started = item["ts_ms"]
+            elif kind == "turn.hold" and page:
+                held.set()
+            elif kind == "audio.start":
+                turn.sample_rate = item.get("sample_rate", turn.sample_rate)
             elif kind == "speech.ended":
                 ended = (item["ts_ms"], stamp)
+                if page:
+                    over.set()
             elif kind == "turn.started":
                 turn.images = item.get("images", 0)
             elif kind == "busy":
@@ -143,8 +155,12 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
                         else item["finish_reason"]
                 break
     finally:
+        if page:
+            over.set()
         if case.source != "text":
             await sender
+    if turn.held:
+        pcm = case.trailed
     if case.source != "text" and ended is not None and started is not None:
         # The frame that carried the last speech sample the VAD reported: the server's "end of speech".
         index = min(len(client.frame_sent) - 1, max(0, int((ended[0] - ts0) // FRAME_MS)))
@@ -164,8 +180,23 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
         turn.client_stage_ms = round((first_audio - started_at) * 1000, 1)
 
 
-async def _send_as_page(client: TimedClient, pcm: bytes, ts0: float, turn: TimedTurn) -> None:
-    """The page's way: audio up to the frame where its VAD heard the end, then `audio.end` at once."""
+async def _send_as_page(client: TimedClient, case: Case, ts0: float, turn: TimedTurn, held: asyncio.Event,
+                        over: asyncio.Event) -> None:
+    """The page's way: audio up to the frame where its VAD heard the end, then `audio.end` at once; and if the
+    server's turn model holds the turn open (turn.hold), the silence that follows, until the utterance is over."""
+    pcm = case.page_audio
     await client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent)
     turn.audio_end_sent = time.monotonic()
     await client.send(type="audio.end")
+    waits = [asyncio.ensure_future(e.wait()) for e in (held, over)]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    if held.is_set() and not over.is_set():
+        turn.held = True
+        streaming = asyncio.ensure_future(client.send_audio(case.trailed[len(pcm):], ts0 + len(pcm) / 32,
+                                                            realtime=True, sent=client.frame_sent))
+        waiting = asyncio.ensure_future(over.wait())
+        await asyncio.wait([streaming, waiting], return_when=asyncio.FIRST_COMPLETED)
+        streaming.cancel()
+        waiting.cancel()

@@ -14,6 +14,7 @@ export function logEvent(direction, message) {
 export function exposeDebug(read) {
   window.sottoDebug = Object.freeze({
     get playedSamples() { return read.playedSamples(); },
+    get playback() { return read.playback(); },
     get framesSent() { return { ...counters }; },
     get state() { return read.state(); },
     get vad() { return read.vad(); },

@@ -384,6 +384,7 @@ capture.preload().catch(() => {});
 
 exposeDebug({
   playedSamples: () => player.totalPlayed,
+  playback: () => player.playback,
   state: () => page.state,
   vad: () => capture.state,
   suppressedBargeIns: () => capture.suppressed,

@@ -5,6 +5,8 @@
 //               {type:'end'}                 no more audio for this turn: report 'drained' once it has all played
 //               {type:'stop'}                drop everything queued now; replies {type:'stopped', turnId, played}
 // Messages out: {type:'progress'|'drained'|'stopped', turnId, played, playing}
+//               {type:'gap', turnId, ms}  the turn's audio ran out before its end and has resumed: the listener
+//                                         heard `ms` of silence the answer did not contain (an underrun)
 // `played` counts source samples (the turn's rate), the unit of the protocol's played_samples.
 // When the turn's rate differs from the context's, samples are resampled here by linear interpolation.
 
@@ -22,6 +24,7 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
     this.turnStart = 0;
     this.ended = false;
     this.sinceReport = 0;
+    this.dryFrames = 0; // output frames of silence since the current turn's audio ran out mid-turn
     this.port.onmessage = (ev) => this.onMessage(ev.data);
   }
 
@@ -34,6 +37,7 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
         this.turnId = msg.turnId;
         this.step = msg.rate / sampleRate;
         this.ended = false;
+        this.dryFrames = 0;
         break;
       case "pcm":
         this.append(msg.samples);
@@ -46,6 +50,7 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
         this.readPos = this.writePos;
         this.ended = false;
         this.turnId = null;
+        this.dryFrames = 0;
         break;
     }
   }
@@ -79,6 +84,10 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
   process(_inputs, outputs) {
     const out = outputs[0][0];
     const size = this.buffer.length;
+    if (this.dryFrames > 0 && this.readPos < this.writePos) {
+      this.port.postMessage({ type: "gap", turnId: this.turnId, ms: (this.dryFrames * 1000) / sampleRate });
+      this.dryFrames = 0;
+    }
     let i = 0;
     for (; i < out.length && this.readPos < this.writePos; i++) {
       const s0 = this.buffer[this.readPos % size];
@@ -91,9 +100,12 @@ class SottoPcmPlayer extends AudioWorkletProcessor {
     }
     out.fill(0, i); // silence on underrun
     if (this.turnId !== null) {
+      // Playback has started and more audio is due: silence now is a gap, reported when the audio resumes.
+      if (i < out.length && this.played > 0 && !this.ended) this.dryFrames += out.length - i;
       if (this.ended && this.readPos >= this.writePos) {
         this.post("drained");
         this.turnId = null;
+        this.dryFrames = 0;
       } else if ((this.sinceReport += out.length) >= REPORT_EVERY_S * sampleRate) {
         this.sinceReport = 0;
         this.post("progress");

@@ -1,6 +1,7 @@
 // Plays the assistant's audio through the sotto-pcm-player AudioWorklet and tracks what was actually heard.
 //
 // Events (EventTarget): 'progress', 'drained', 'stopped' with detail {turnId, played, playing}.
+// Underruns (the audio ran out mid-answer, then resumed) are counted with their lengths: `playback`.
 
 import { createAudioContext } from "./audio-context.js";
 
@@ -8,6 +9,7 @@ const WORKLET_URL = "/static/js/player-worklet.js";
 // Kokoro's rate. The context runs at the reply's rate where that is safe (audio-context.js), so the browser's
 // band-limited resampler converts to the device rate; otherwise the worklet interpolates.
 const PREFERRED_RATE = 24000;
+const KEPT_GAPS = 200; // the most recent gap lengths kept for the debug read-out
 
 export class Player extends EventTarget {
   constructor() {
@@ -19,6 +21,8 @@ export class Player extends EventTarget {
     this.totalPlayed = 0; // over all turns, for the debug read-out
     this.playing = false;
     this.stopWaiters = [];
+    this.underruns = 0;
+    this.gapsMs = [];
   }
 
   // Call from a user gesture (the Start button) so autoplay policies let the context run.
@@ -73,7 +77,18 @@ export class Player extends EventTarget {
     });
   }
 
+  // Gaps heard once playback had started, over all turns: their count and the most recent lengths in ms.
+  get playback() {
+    return { underruns: this.underruns, gapsMs: [...this.gapsMs], longestGapMs: Math.max(0, ...this.gapsMs) };
+  }
+
   _report(report) {
+    if (report.type === "gap") {
+      this.underruns += 1;
+      this.gapsMs.push(report.ms);
+      if (this.gapsMs.length > KEPT_GAPS) this.gapsMs.shift();
+      return;
+    }
     if (report.type === "stopped") for (const resolve of this.stopWaiters.splice(0)) resolve(report);
     if (report.turnId === null) return;
     const delta = report.played - (this.lastReport && this.lastReport.turnId === report.turnId ? this.lastReport.played : 0);
