@@ -13,9 +13,10 @@ from collections.abc import Iterator
 import pytest
 
 from services.gateway.client import GatewayClient
+from services.llm.loading import OFFLINE_MODEL
 from tools.stack import RealStack, model_dir, start_stack, stop_stack
 
-SMOLLM2 = model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
+SMOLLM2 = model_dir() / "offline" / OFFLINE_MODEL
 QUESTION = "What is the capital of France?"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

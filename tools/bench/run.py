@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from services.llm.loading import OFFLINE_MODEL
 from tools.bench import components, llm_engine, stats
 from tools.bench.direct import DirectPath
 from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
@@ -47,7 +48,7 @@ BUDGET_STAGES = ("endpoint", "llm_first_token", "first_sentence", "tts_first_chu
 
 
 def instruct_model() -> Path:
-    return model_dir() / "offline" / "smollm2-135m-instruct-p64.litertlm"
+    return model_dir() / "offline" / OFFLINE_MODEL
 
 
 def stage_budget(turn) -> dict[str, float | None]:

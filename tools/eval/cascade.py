@@ -19,11 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from services.gateway.client import GatewayClient
+from services.llm.loading import OFFLINE_MODEL
 from tools.bench.stats import summary
 from tools.eval.corpus import Clip
 from tools.stack import TINY_LLM, free_port, model_dir, start_stack, stop_stack
 
-SMOLLM2 = model_dir() / "offline" / "smollm2-135m-instruct.litertlm"
+SMOLLM2 = model_dir() / "offline" / OFFLINE_MODEL
 STAGES = ("ttfa_ms", "endpoint_ms", "asr_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms")
 
 
