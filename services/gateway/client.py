@@ -149,8 +149,14 @@ class GatewayClient:
         return await self.collect_turn(time.monotonic(), timeout)
 
     async def spoken_turn(self, pcm16: bytes, jpegs: list[bytes] = (), realtime: bool = False,
-                          trailing_silence_s: float = 0.8, timeout: float = 60.0) -> TurnRecord:
-        """Speak an utterance (16 kHz PCM16) with camera frames spread over it, then silence for the endpoint."""
+                          trailing_silence_s: float | None = None, timeout: float = 60.0) -> TurnRecord:
+        """Speak an utterance (16 kHz PCM16) with camera frames spread over it, then silence for the endpoint.
+
+        A live microphone goes on sending silence, so by default the silence covers the longest the server may hold
+        an unfinished-sounding turn open (`turn.max_silence_ms` of session.ready)."""
+        if trailing_silence_s is None:
+            held_ms = self.ready.get("turn", {}).get("max_silence_ms", 0)
+            trailing_silence_s = max(0.8, held_ms / 1000 + 0.2)
         ts0 = time.time() * 1000
         for i, jpeg in enumerate(jpegs):
             await self.send_jpeg(jpeg, ts0 + i * (len(pcm16) / 32) / max(1, len(jpegs)))
