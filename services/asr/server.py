@@ -16,19 +16,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
-from prometheus_client import Gauge, Histogram
 
 from services.asr.engine import SAMPLE_RATE, WhisperEngine
 from services.asr.loading import load_engine
+from services.asr.metrics import ACTIVE_STREAMS, RECOGNITION_SECONDS
 from services.asr.streaming import UtteranceRecognizer
-from services.common import audio, config, grpc_server, logs, metrics
+from services.common import audio, config, grpc_server, logs
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
-ACTIVE_STREAMS = Gauge("sotto_asr_active_streams", "Utterance streams open now.")
-RECOGNITION_SECONDS = Histogram(
-    "sotto_asr_recognition_seconds", "Recognition time by kind: a background partial run, the final words after "
-    "`end` (what a turn waits for), a whole clip.", ["kind"], buckets=metrics.LATENCY_BUCKETS)
+
 
 
 class InvalidAudio(ValueError):

@@ -16,22 +16,18 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from prometheus_client import Counter, Gauge, Histogram
 
-from services.common import config, grpc_server, logs, metrics
+from services.common import config, grpc_server, logs
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.loading import load_engine
+from services.tts.metrics import ACTIVE_STREAMS, AUDIO_SECONDS, FIRST_CHUNK_SECONDS
 from services.tts.text import Sentence
 from sotto.v1 import tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 _END = object()
 
-FIRST_CHUNK_SECONDS = Histogram(
-    "sotto_tts_first_chunk_seconds", "From request (or first complete sentence) to the first audio chunk.",
-    ["method"], buckets=metrics.LATENCY_BUCKETS)
-ACTIVE_STREAMS = Gauge("sotto_tts_active_streams", "Synthesis calls open now (text received, audio not all sent).")
-AUDIO_SECONDS = Counter("sotto_tts_audio_seconds_total", "Seconds of audio synthesised and sent.")
+
 
 
 def _audio_out(chunk, sample_rate: int) -> tts_pb2.AudioOut:

@@ -16,11 +16,23 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
-from prometheus_client import Counter, Gauge, Histogram
 
 from services.common import config, grpc_server, logs
-from services.vad.engine import EndReason, SileroVad, SpeechEvent, SpeechEventKind, VadSettings, VadStream
+from services.vad.engine import (
+    EndReason,
+    SileroVad,
+    SpeechEvent,
+    SpeechEventKind,
+    VadSettings,
+    VadStream,
+)
 from services.vad.loading import default_settings, load_model, load_turn_model
+from services.vad.metrics import (
+    ACTIVE_STREAMS,
+    BARGE_INS_SUPPRESSED,
+    ENDPOINT_DECISION,
+    TURN_VERDICTS,
+)
 from services.vad.smart_turn import SmartTurn
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
@@ -29,19 +41,6 @@ _LOGGER = logging.getLogger(__name__)
 # inference thread costs more CPU than the windows themselves (see docs/performance.md). Longer chunks go
 # to the inference thread, so a 1 s chunk never stalls the other streams.
 _INLINE_WINDOWS = 2
-ACTIVE_STREAMS = Gauge("sotto_vad_active_streams", "Audio streams being endpointed now.")
-# End-of-turn decisions: a short silence plus a model call, up to the longest held silence.
-ENDPOINT_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3)
-ENDPOINT_DECISION = Histogram(
-    "sotto_vad_endpoint_decision_seconds",
-    "End of speech to the end-of-turn decision (silence waited plus the turn model's time), by reason.",
-    ["reason"], buckets=ENDPOINT_BUCKETS)
-TURN_VERDICTS = Counter("sotto_vad_turn_verdicts_total",
-                        "End-of-turn verdicts: complete (ended), incomplete (held open), timeout (held, then ended "
-                        "by the long silence).", ["outcome"])
-BARGE_INS_SUPPRESSED = Counter("sotto_vad_barge_ins_suppressed_total",
-                               "Speech during an answer's playback that would have started a turn without the "
-                               "barge-in gate (likely echo).")
 
 _EVENT_KINDS = {
     SpeechEventKind.STARTED: vad_pb2.VadEvent.SPEECH_STARTED,

@@ -17,8 +17,8 @@ from tests.observability import contract
 from tests.observability.fakes import FakeNvml
 
 # Every module that registers metrics at import. A service that adds a metrics module adds it here.
-METRIC_MODULES = ("services.common.metrics", "services.gateway.metrics", "services.vad.server", "services.llm.metrics",
-                  "services.tts.server", "services.asr.server")
+METRIC_MODULES = ("services.common.metrics", "services.gateway.metrics", "services.vad.metrics", "services.llm.metrics",
+                  "services.tts.metrics", "services.asr.metrics")
 EXTERNAL = {"up"}  # written by Prometheus per target, not by Sotto
 
 
