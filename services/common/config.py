@@ -32,7 +32,7 @@ def setting(env: str, default: Any, doc: str, *, lo: float | None = None, hi: fl
     return field(default=default, metadata=meta)
 
 
-def _accepted(f: dataclasses.Field) -> str:
+def accepted(f: dataclasses.Field) -> str:
     m = f.metadata
     if m["choices"]:
         return "one of " + ", ".join(m["choices"])
@@ -90,7 +90,7 @@ def load(cls: type[T], environ: Mapping[str, str] | None = None) -> T:
             try:
                 values[f.name] = _parse(f, raw)
             except (ValueError, TypeError):
-                problems.append(f"{env}={raw!r} is not valid: expected {_accepted(f)}")
+                problems.append(f"{env}={raw!r} is not valid: expected {accepted(f)}")
     if problems:
         raise ConfigError("; ".join(problems))
     return cls(**values)
@@ -356,50 +356,6 @@ def grpc_address(explicit: str, host: str, port: int) -> str:
     return explicit or f"{host}:{port}"
 
 
-SETTINGS_INTRO = """\
-# Settings
-
-Every setting is an environment variable, read and validated once when a process starts: a bad value stops the
-process with a message naming the variable, the value and what it accepts. Each service reads the shared
-settings and its own section; the runner (`make up`) passes the environment on to every process.
-
-This page is generated from `services/common/config.py`; after changing a setting there, regenerate it with
-`python -m services.common.config > docs/settings.md` (a test fails while the two differ).
-"""
-
-GRPC_NOTE = """\
-One more variable is gRPC's own: every service process starts with
-`GRPC_EXPERIMENTS=-event_engine_client,-event_engine_listener` unless the environment already sets it (an empty
-value keeps gRPC's defaults). It halves the thread wake-ups of each gRPC call, which on a small machine slow the
-first sentence's synthesis; the figures are in docs/performance.md.
-"""
-
-
-def _shown_default(f: dataclasses.Field) -> str:
-    if f.metadata["shown"] is not None:
-        return f"`{f.metadata['shown']}`"
-    default = f.default
-    if default in (None, ""):
-        return "(unset)"
-    if isinstance(default, bool):
-        return f"`{str(default).lower()}`"
-    return f"`{default}`"
-
-
-def markdown_table() -> str:
-    """One row per setting, in declaration order: variable, default, accepted values, meaning."""
-    rows = ["| variable | default | accepted | meaning |", "|---|---|---|---|"]
-    for cls in SECTIONS.values():
-        for f in dataclasses.fields(cls):
-            rows.append(f"| `{f.metadata['env']}` | {_shown_default(f)} | {_accepted(f)} | {f.metadata['doc']} |")
-    return "\n".join(rows)
-
-
-def settings_markdown() -> str:
-    """The whole of docs/settings.md."""
-    return f"{SETTINGS_INTRO}\n{markdown_table()}\n\n{GRPC_NOTE}"
-
-
 def exit_on_error(loader: Callable[[], T]) -> T:
     """Run a config loader; on a bad value print the reason and exit with status 2 (no traceback)."""
     try:
@@ -410,4 +366,6 @@ def exit_on_error(loader: Callable[[], T]) -> T:
 
 
 if __name__ == "__main__":
+    from services.common.settings_doc import settings_markdown  # the doc generator needs the finished sections
+
     sys.stdout.write(settings_markdown())

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common import config
+from services.common import config, settings_doc
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,7 @@ def test_a_service_refuses_to_start_on_a_bad_value() -> None:
 def test_settings_doc_is_the_generated_one() -> None:
     """A setting added, renamed or redescribed without regenerating docs/settings.md fails here."""
     doc = (ROOT / "docs" / "settings.md").read_text()
-    assert doc == config.settings_markdown(), (
+    assert doc == settings_doc.settings_markdown(), (
         "docs/settings.md is stale: run `python -m services.common.config > docs/settings.md`")
     for cls in config.SECTIONS.values():
         for f in dataclasses.fields(cls):
@@ -60,4 +60,4 @@ def test_the_module_prints_the_settings_doc_whatever_the_machine() -> None:
     env = {"XDG_CACHE_HOME": "/elsewhere", "HOME": "/nobody", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-m", "services.common.config"], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, check=True, env=env)
-    assert proc.stdout == config.settings_markdown()
+    assert proc.stdout == settings_doc.settings_markdown()
