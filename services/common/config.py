@@ -148,6 +148,10 @@ class VadConfig:
     barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 250,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 12.0,
+                                       "While an answer plays, the page counts speech toward a barge-in only "
+                                       "within this many dB of the user's own speech level (a fainter echo of the "
+                                       "answer does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)
