@@ -66,7 +66,7 @@ export class SpeechCapture {
     this.ring = [];
     this.pending = [];
     this.afterEnd = [];
-    this.gate = { on: false, threshold: 0.8, minMs: 250, levelDb: 12, floorDb: -Infinity, runMs: 0, gapMs: 0,
+    this.gate = { on: false, threshold: 0.7, minMs: 160, levelDb: 6, floorDb: -Infinity, runMs: 0, gapMs: 0,
                   passed: false };
     this.userLevels = []; // dBFS of the user's speech frames heard while no answer played
     this.suppressed = 0;
