@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval-turns up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval-turns eval-echo up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -83,6 +83,11 @@ bench: install system-deps web-assets models-offline
 # Semantic end of turn against silence alone, on generated speech (bench/results/eval_turns.json).
 eval-turns: install system-deps turn-model
 	$(PY) -m tools.eval.turns
+
+# Echo-safe barge-in in the real page: self-interruptions by the answer's own echo, and a real cut-in's time to
+# stop the answer (bench/results/eval_echo.json).
+eval-echo: install system-deps web-assets models-offline
+	$(PY) -m tools.eval.echo
 
 report: install
 	$(PY) -m tools.report
