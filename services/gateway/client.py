@@ -61,13 +61,14 @@ class GatewayClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def connect(self, voice: str = "", language: str = "", client_vad: bool = False) -> dict:
+    async def connect(self, voice: str = "", language: str = "", client_vad: bool = False,
+                      turn_hold: bool = False) -> dict:
         self.http = aiohttp.ClientSession()
         headers = {"Origin": self.origin} if self.origin else {}
         self.ws = await self.http.ws_connect(self.url, headers=headers, max_msg_size=0)
         self._reader = asyncio.create_task(self._read())
         await self.send(type="session.start", protocol=1, sample_rate=16000, client_vad=client_vad, voice=voice,
-                        language=language, camera=True)
+                        language=language, camera=True, turn_hold=turn_hold)
         self.ready = await self.expect("session.ready", timeout=30)
         return self.ready
 
