@@ -15,8 +15,8 @@
 // bargeInThreshold (the server's settings, from session.ready) that are also within bargeInLevelDb of the user's own
 // speech level; until then a confirmed segment is held back, and one that dies first is counted as suppressed.
 // Silero rates clean speech as speech at almost any level, so the level is what tells a faint echo of the answer
-// from the user: the reference is the median frame level of the user's recent speech heard while nothing played
-// (until the user has spoken once, the probability alone gates). Short words add up, across the pauses between
+// from the user: the reference is the median frame level of the user's recent speech heard while nothing played, nor
+// had just played (until the user has spoken once, the probability alone gates). Short words add up, across the pauses between
 // them ("Wait, ... what"): the count starts again only after GATE_GAP_MS without counted speech.
 
 import { createAudioContext } from "./audio-context.js";
@@ -30,6 +30,9 @@ const MAX_PENDING_FRAMES = Math.ceil(3000 / FRAME_MS); // bound the buffer while
 const MAX_AFTER_END_FRAMES = Math.ceil(2000 / FRAME_MS); // kept after audio.end, in case the server holds the turn
 const LEVEL_FRAMES = Math.ceil(10000 / FRAME_MS); // the user's speech level: the last ~10 s of their speech
 const GATE_GAP_MS = 600; // a pause between the words of one interruption, longer than the VAD's end of segment
+// The answer's echo goes on reaching the VAD for a while after playback stops (the echo path, the room, the VAD's own
+// lag): speech heard within this time of it is not taken as the user's level.
+const ECHO_TAIL_FRAMES = Math.ceil(500 / FRAME_MS);
 
 // Browser audio processing, chosen deliberately:
 // - echoCancellation ON: with speakers the assistant's own voice reaches the mic; without AEC the VAD would hear it
@@ -69,6 +72,7 @@ export class SpeechCapture {
     this.gate = { on: false, threshold: 0.7, minMs: 160, levelDb: 6, floorDb: -Infinity, runMs: 0, gapMs: 0,
                   passed: false };
     this.userLevels = []; // dBFS of the user's speech frames heard while no answer played
+    this.gateOffFrame = -Infinity; // frameIndex when the last answer stopped playing
     this.suppressed = 0;
     this.sentFrames = 0;
     this.frameIndex = 0;
@@ -125,6 +129,7 @@ export class SpeechCapture {
   setGate(on) {
     if (on === this.gate.on) return;
     Object.assign(this.gate, { on, runMs: 0, gapMs: 0, passed: false, floorDb: this._levelFloor() });
+    if (!on) this.gateOffFrame = this.frameIndex;
     if (!on && this.state === "gated") this._confirm();
   }
 
@@ -211,7 +216,7 @@ export class SpeechCapture {
     const gate = this.gate;
     const speech = this.state !== "quiet" && this.state !== "ending";
     if (!gate.on) {
-      if (speech && probability >= gate.threshold) {
+      if (speech && probability >= gate.threshold && this.frameIndex - this.gateOffFrame > ECHO_TAIL_FRAMES) {
         this.userLevels.push(levelDb(frame));
         if (this.userLevels.length > LEVEL_FRAMES) this.userLevels.shift();
       }
