@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-turns up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-turns eval-echo up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -88,6 +88,11 @@ eval-turns: install system-deps turn-model
 # time to first audio (tools/eval/hearing.py; results in bench/results, summary in docs/performance.md).
 eval: install system-deps web-assets models-offline
 	$(PY) -m tools.eval.hearing
+
+# Echo-safe barge-in in the real page: self-interruptions by the answer's own echo, and a real cut-in's time to
+# stop the answer (bench/results/eval_echo.json).
+eval-echo: install system-deps web-assets models-offline
+	$(PY) -m tools.eval.echo
 
 report: install
 	$(PY) -m tools.report

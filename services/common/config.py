@@ -142,12 +142,16 @@ class VadConfig:
     max_turn_silence_ms: int = setting("SOTTO_VAD_MAX_TURN_SILENCE_MS", 1500,
                                        "Silence after which a turn the model holds open ends anyway.",
                                        lo=100, hi=10000)
-    barge_in_threshold: float = setting("SOTTO_BARGE_IN_THRESHOLD", 0.8,
+    barge_in_threshold: float = setting("SOTTO_BARGE_IN_THRESHOLD", 0.7,
                                         "While an answer plays, speech probability a barge-in needs (echo of the "
                                         "answer stays below it).", lo=0.05, hi=0.99)
-    barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 250,
+    barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 160,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
+                                       "While an answer plays, the page counts speech toward a barge-in only "
+                                       "within this many dB of the user's own speech level (a fainter echo of the "
+                                       "answer does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)

@@ -265,7 +265,8 @@ class Session:
                         model=self.model.get("llm", {}), limits=limits, health=dict(self.health),
                         turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms,
                               "max_silence_ms": v.max_turn_silence_ms, "barge_in_threshold": v.barge_in_threshold,
-                              "barge_in_min_speech_ms": v.barge_in_min_speech_ms}))
+                              "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
+                              "barge_in_level_db": v.barge_in_level_db}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 

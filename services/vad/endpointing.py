@@ -43,8 +43,8 @@ class VadSettings:
     semantic: bool = True
     turn_silence_ms: int = 200
     max_turn_silence_ms: int = 1500
-    barge_in_threshold: float = 0.8
-    barge_in_min_speech_ms: int = 250
+    barge_in_threshold: float = 0.7
+    barge_in_min_speech_ms: int = 160
 
     def __post_init__(self) -> None:
         _check_range("threshold", self.threshold, 0.05, 0.95)

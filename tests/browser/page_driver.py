@@ -11,7 +11,6 @@ is heard.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,7 +19,8 @@ from pathlib import Path
 import numpy as np
 from playwright.async_api import ConsoleMessage, Page, Request, Response, async_playwright
 
-CHROMIUM = os.environ.get("SOTTO_CHROMIUM", "/usr/bin/chromium")
+from tools.browser import BASE_ARGS, CHROMIUM
+
 
 @dataclass(frozen=True)
 class Timeline:
@@ -49,19 +49,6 @@ class Cues:
 
 
 REAL = Cues("What is on the table in front of me?", "Wait what colour is the cup")
-
-
-# The profile is a fresh temporary --user-data-dir made by playwright for each launch.
-BASE_ARGS = [
-    "--no-sandbox",  # tests run as root in a container
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    # without these Chromium keeps calling home, which floods a closed network
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def chromium_args(camera_y4m: Path, speech_wav: Path | None = None) -> list[str]:

@@ -125,13 +125,13 @@ def test_the_barge_in_gate_ignores_echo_like_speech_but_not_a_clear_voice():
     endpointer = Endpointer(VadSettings(speech_pad_ms=0), RATE, 512)
     endpointer.set_gate(True)
     # Echo: a second of speech-like windows under the barge-in threshold would start a turn without the gate.
-    echo = _step_all(endpointer, [0.7] * 30 + [0.05] * 20)
+    echo = _step_all(endpointer, [0.6] * 30 + [0.05] * 20)
     assert [edge for edge, *_ in echo] == [Edge.SUPPRESSED]
-    # A real voice at the raised threshold starts a turn after about the gate's 250 ms.
+    # A real voice at the raised threshold starts a turn after about the gate's 160 ms.
     endpointer.reset()
     endpointer.set_gate(True)
     (started,) = _step_all(endpointer, [0.05] * 5 + [0.95] * 20)
     assert started[0] is Edge.STARTED and started[1] == 5 * 512
-    assert (started[2] - started[1]) / 16 <= 250 + windows_ms
+    assert (started[2] - started[1]) / 16 <= 160 + windows_ms
     # Without the gate, the echo starts a turn.
-    assert _step_all(Endpointer(VadSettings(), RATE, 512), [0.7] * 30)[0][0] is Edge.STARTED
+    assert _step_all(Endpointer(VadSettings(), RATE, 512), [0.6] * 30)[0][0] is Edge.STARTED

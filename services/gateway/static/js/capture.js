@@ -11,9 +11,13 @@
 // and while the server holds the utterance open (hold(), after turn.hold), until finish() (speech.ended).
 //
 // The barge-in gate: while an answer plays (setGate(true)) residual echo of it can reach the VAD despite the
-// browser's echo cancellation. Speech then interrupts only once its segment holds bargeInMinSpeechMs of frames at
-// bargeInThreshold (the server's settings, from session.ready; short words add up); until then a confirmed segment
-// is held back, and one that dies first is counted as suppressed.
+// browser's echo cancellation. Speech then interrupts only once it holds bargeInMinSpeechMs of frames at
+// bargeInThreshold (the server's settings, from session.ready) that are also within bargeInLevelDb of the user's own
+// speech level; until then a confirmed segment is held back, and one that dies first is counted as suppressed.
+// Silero rates clean speech as speech at almost any level, so the level is what tells a faint echo of the answer
+// from the user: the reference is the median frame level of the user's recent speech heard while nothing played, nor
+// had just played (until the user has spoken once, the probability alone gates). Short words add up, across the pauses between
+// them ("Wait, ... what"): the count starts again only after GATE_GAP_MS without counted speech.
 
 import { createAudioContext } from "./audio-context.js";
 import { describeMediaError, UserFacingError } from "./media-errors.js";
@@ -24,6 +28,11 @@ const FRAME_MS = (FRAME_SAMPLES / 16000) * 1000; // 32 ms
 const PREROLL_FRAMES = Math.ceil(300 / FRAME_MS); // ~300 ms before the first speech frame
 const MAX_PENDING_FRAMES = Math.ceil(3000 / FRAME_MS); // bound the buffer while speech is unconfirmed
 const MAX_AFTER_END_FRAMES = Math.ceil(2000 / FRAME_MS); // kept after audio.end, in case the server holds the turn
+const LEVEL_FRAMES = Math.ceil(10000 / FRAME_MS); // the user's speech level: the last ~10 s of their speech
+const GATE_GAP_MS = 600; // a pause between the words of one interruption, longer than the VAD's end of segment
+// The answer's echo goes on reaching the VAD for a while after playback stops (the echo path, the room, the VAD's own
+// lag): speech heard within this time of it is not taken as the user's level.
+const ECHO_TAIL_FRAMES = Math.ceil(500 / FRAME_MS);
 
 // Browser audio processing, chosen deliberately:
 // - echoCancellation ON: with speakers the assistant's own voice reaches the mic; without AEC the VAD would hear it
@@ -60,7 +69,10 @@ export class SpeechCapture {
     this.ring = [];
     this.pending = [];
     this.afterEnd = [];
-    this.gate = { on: false, threshold: 0.8, minMs: 250, runMs: 0, passed: false };
+    this.gate = { on: false, threshold: 0.7, minMs: 160, levelDb: 6, floorDb: -Infinity, runMs: 0, gapMs: 0,
+                  passed: false };
+    this.userLevels = []; // dBFS of the user's speech frames heard while no answer played
+    this.gateOffFrame = -Infinity; // frameIndex when the last answer stopped playing
     this.suppressed = 0;
     this.sentFrames = 0;
     this.frameIndex = 0;
@@ -111,11 +123,13 @@ export class SpeechCapture {
     if (turn.silence_ms) this.micVad?.setOptions({ redemptionMs: Math.max(turn.silence_ms, 2 * FRAME_MS) });
     this.gate.threshold = turn.barge_in_threshold ?? this.gate.threshold;
     this.gate.minMs = turn.barge_in_min_speech_ms ?? this.gate.minMs;
+    this.gate.levelDb = turn.barge_in_level_db ?? this.gate.levelDb;
   }
 
   setGate(on) {
     if (on === this.gate.on) return;
-    Object.assign(this.gate, { on, runMs: 0, passed: false });
+    Object.assign(this.gate, { on, runMs: 0, gapMs: 0, passed: false, floorDb: this._levelFloor() });
+    if (!on) this.gateOffFrame = this.frameIndex;
     if (!on && this.state === "gated") this._confirm();
   }
 
@@ -175,7 +189,7 @@ export class SpeechCapture {
   // vad-web reports each frame before the speech event it triggers, so the ring always holds the current frame.
   _frame(frame, probability) {
     const entry = { frame, ts: this._captureTime() };
-    this._gateFrame(probability);
+    this._gateFrame(frame, probability);
     if (this.state === "speaking" || this.state === "continuing") {
       this._emit(entry);
     } else if (this.state === "pending" || this.state === "gated") {
@@ -191,12 +205,31 @@ export class SpeechCapture {
     }
   }
 
-  _gateFrame(probability) {
+  // The lowest level a barge-in frame may have: levelDb below the median of the user's recent speech.
+  _levelFloor() {
+    if (!this.gate.levelDb || this.userLevels.length < 8) return -Infinity;
+    const sorted = [...this.userLevels].sort((a, b) => a - b);
+    return sorted[sorted.length >> 1] - this.gate.levelDb;
+  }
+
+  _gateFrame(frame, probability) {
     const gate = this.gate;
-    if (!gate.on || gate.passed) return;
-    if (this.state === "quiet" || this.state === "ending") gate.runMs = 0; // counted within a speech segment
-    else if (probability >= gate.threshold) gate.runMs += FRAME_MS;
-    if (gate.runMs < gate.minMs) return;
+    const speech = this.state !== "quiet" && this.state !== "ending";
+    if (!gate.on) {
+      if (speech && probability >= gate.threshold && this.frameIndex - this.gateOffFrame > ECHO_TAIL_FRAMES) {
+        this.userLevels.push(levelDb(frame));
+        if (this.userLevels.length > LEVEL_FRAMES) this.userLevels.shift();
+      }
+      return;
+    }
+    if (gate.passed) return;
+    if (speech && probability >= gate.threshold && levelDb(frame) >= gate.floorDb) {
+      gate.runMs += FRAME_MS;
+      gate.gapMs = 0;
+    } else if ((gate.gapMs += FRAME_MS) >= GATE_GAP_MS) {
+      gate.runMs = 0;
+    }
+    if (gate.runMs < Math.max(gate.minMs, FRAME_MS)) return;
     gate.passed = true;
     this.handlers.onBargeIn();
     if (this.state === "gated") this._confirm();
@@ -259,4 +292,10 @@ export class SpeechCapture {
     this.sentFrames += 1;
     this.handlers.onAudio(entry.frame, entry.ts);
   }
+}
+
+function levelDb(frame) {
+  let power = 0;
+  for (const v of frame) power += v * v;
+  return 10 * Math.log10(power / frame.length + 1e-12);
 }

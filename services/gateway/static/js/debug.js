@@ -18,6 +18,7 @@ export function exposeDebug(read) {
     get framesSent() { return { ...counters }; },
     get state() { return read.state(); },
     get vad() { return read.vad(); },
+    get suppressedBargeIns() { return read.suppressedBargeIns(); },
     get events() { return events.map((e) => ({ ...e })); },
   });
 }
