@@ -39,8 +39,8 @@ def round_trip(recogniser: WhisperEngine, engine_name: str, voice: str) -> dict:
     """Speak every sentence with the tts engine, hear it back; the word error rate of what came back."""
     environ = {**os.environ, "SOTTO_TTS_ENGINE": engine_name, "SOTTO_OFFLINE": "true",
                **({"SOTTO_TTS_VOICE": voice} if voice else {})}
-    tts, _backend, folder = load_voice(config.load(config.TtsConfig, environ), config.load(config.CommonConfig,
-                                                                                            environ))
+    loaded = load_voice(config.load(config.TtsConfig, environ), config.load(config.CommonConfig, environ))
+    tts, folder = loaded.engine, loaded.model
     heard, seconds = [], 0.0
     for text in corpus.SENTENCES:
         pcm = b"".join(chunk.pcm for chunk in tts.synthesize(text))
