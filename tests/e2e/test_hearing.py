@@ -56,8 +56,8 @@ async def test_a_spoken_question_is_heard_answered_and_remembered_after_a_barge_
 
         # A reply cut at its first audio: the llm service cannot reuse its conversation after it...
         await client.send(type="text", text="Tell me a long story about it.")
-        await client.expect("audio.start", timeout=180)
-        await client.send(type="interrupt", played_samples=0)
+        started = await client.expect("audio.start", timeout=180)
+        await client.send(type="interrupt", turn_id=started["turn_id"], played_samples=0)
         interrupted = await client.collect_turn(time.monotonic(), timeout=120)
         assert interrupted.done["interrupted"] is True
 
