@@ -25,7 +25,7 @@ from services.llm.loading import SamplingDefaults
 from services.llm.server import LlmServicer, Models
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc
 from tests.helpers import eventually, metric
-from tests.llm.conftest import TINY_MM, image_bytes
+from tests.llm.conftest import EXPECTED_BACKEND, TINY_MM, image_bytes
 from tools.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,8 @@ async def collect(call) -> tuple[list[str], llm_pb2.GenerateDone]:
 async def test_model_info(stub):
     info = await stub.GetModelInfo(llm_pb2.GetModelInfoRequest(), timeout=5)
     assert info.model == "tiny-gemma4-mm" and info.audio_input and info.image_input
-    assert info.backend == "cpu" and info.context_tokens == 2048 and not info.fallback
+    assert info.backend == EXPECTED_BACKEND and info.backend_reason
+    assert info.context_tokens == 2048 and not info.fallback
 
 
 async def test_generate_streams_audio_image_and_text(stub, speech):
