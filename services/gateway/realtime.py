@@ -319,7 +319,11 @@ class RealtimeSession(Session):
             return
         td = self.config.turn_detection
         if td is not None and td.create_response:
-            await super()._begin_turn(self.pending.take(inp.turn_id, inp.t_input_end, inp.endpoint_ms))
+            # This utterance is the turn's audio: its words (the asr's) become the user item's transcript.
+            taken = self.pending.take(inp.turn_id, inp.t_input_end, inp.endpoint_ms)
+            await super()._begin_turn(dataclasses.replace(taken, words=inp.words))
+        elif inp.words is not None:
+            inp.words.cancel()  # answered later by response.create, with whatever else the user adds
 
     def _turn_settings(self) -> TurnSettings:
         o, self._response_overrides = self._response_overrides, {}

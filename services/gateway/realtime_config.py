@@ -71,7 +71,7 @@ def apply_update(cfg: RealtimeConfig, session: Any, voices: list[str]) -> Realti
     if unknown:
         raise OpenAIError(f"unknown session field(s): {', '.join(unknown)}", param=f"session.{unknown[0]}")
     if session.get("type", "realtime") != "realtime":
-        raise _refuse("session.type", '"realtime" (transcription sessions need an asr service)')
+        raise _refuse("session.type", '"realtime" (transcription-only sessions are not offered)')
     if session.get("output_modalities") not in (None, ["audio"]):
         raise _refuse("session.output_modalities", '["audio"] (audio with its transcript)')
     if session.get("tools"):
@@ -118,7 +118,7 @@ def _input(audio_in: dict, cfg: RealtimeConfig) -> dict[str, Any]:
     if audio_in.get("format") is not None:
         changes["input_rate"] = _pcm_format(audio_in["format"], "session.audio.input.format", INPUT_RATES)
     if audio_in.get("transcription") is not None:
-        raise _refuse("session.audio.input.transcription", "null (transcription needs an asr service, not yet here)")
+        raise _refuse("session.audio.input.transcription", "null (the asr service transcribes every spoken turn)")
     if "turn_detection" in audio_in:
         changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], cfg.turn_detection)
     return changes

@@ -10,6 +10,7 @@ audio of an interrupted turn, and each v1 event becomes its OpenAI counterparts 
 from __future__ import annotations
 
 import base64
+import collections
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -87,6 +88,10 @@ class RealtimeWire:
         self.cancelled_turns: set[str] = set()  # by response.cancel: status_details.reason client_cancelled
         self.audio_sent: dict[str, tuple[int, int]] = {}  # latest turn id -> (rate, samples sent)
         self._speech_item: str | None = None
+        # Committed user audio not yet answered, oldest first; a spoken turn takes the oldest, and the asr's words
+        # for that turn become its item's transcript.
+        self._unanswered_audio: collections.deque[str] = collections.deque()
+        self._audio_item_of: dict[str, str] = {}  # turn id -> its user audio item
         self._response: _Response | None = None
         self._events = 0
 
@@ -141,6 +146,7 @@ class RealtimeWire:
     async def committed(self, item: dict) -> None:
         """A user's audio became an item: committed, then added and done."""
         previous = self.conversation.add(item)
+        self._unanswered_audio.append(item["id"])
         await self.emit({"type": "input_audio_buffer.committed", "item_id": item["id"], "previous_item_id": previous})
         await self.item_added(item, previous)
 
@@ -150,6 +156,8 @@ class RealtimeWire:
 
     async def _on_turn_started(self, event: dict) -> None:
         turn_id = event["turn_id"]
+        if event.get("source") == "speech" and self._unanswered_audio:
+            self._audio_item_of[turn_id] = self._unanswered_audio.popleft()
         r = self._response = _Response(id=f"resp_{turn_id}", item_id=f"item_{turn_id}", turn_id=turn_id)
         item = {"id": r.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
         previous = self.conversation.add(item)
@@ -160,6 +168,16 @@ class RealtimeWire:
                          "item": item})
         await self.emit({"type": "conversation.item.added", "item": item, "previous_item_id": previous})
         await self.emit(self._part(r, "response.content_part.added", part={"type": "audio", "transcript": ""}))
+
+    async def _on_transcript(self, event: dict) -> None:
+        """The asr service's words for a spoken turn: the user audio item's transcript (none when it is down)."""
+        item_id = self._audio_item_of.pop(event["turn_id"], None)
+        if item_id is None or event.get("text") is None:
+            return
+        if (item := self.conversation.get(item_id)) is not None:
+            item["content"][0]["transcript"] = event["text"]
+        await self.emit({"type": "conversation.item.input_audio_transcription.completed", "item_id": item_id,
+                         "content_index": 0, "transcript": event["text"]})
 
     async def _on_text_delta(self, event: dict) -> None:
         if (r := self._response) is not None:

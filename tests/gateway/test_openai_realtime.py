@@ -251,3 +251,13 @@ async def test_hostile_json_is_an_error_and_the_session_goes_on(stack: Stack, te
         await ws.send_json({"type": "session.update", "session": {"type": "realtime"}})
         assert (await ws.receive_json())["type"] == "session.updated"
     assert error["type"] == "error" and "not valid JSON" in error["error"]["message"]
+
+
+async def test_the_asr_services_words_become_the_user_items_transcript(stack: Stack) -> None:
+    async with realtime(stack) as events:
+        await append(events.conn, tone_24k(1.0) + bytes(2 * 24000 // 2))
+        committed = await events.wait_for("input_audio_buffer.committed")
+        heard = await events.wait_for("conversation.item.input_audio_transcription.completed")
+        await events.wait_for("response.done")
+    assert heard.item_id == committed.item_id and heard.content_index == 0
+    assert heard.transcript == stack.asr.words
