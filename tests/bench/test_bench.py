@@ -11,10 +11,16 @@ import numpy as np
 import pytest
 
 from services.common import config
+from services.gateway.client import FRAME_MS
 from tools.bench import stats
 from tools.bench.__main__ import main
 from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
-from tools.bench.run import BUDGET_STAGES, MAX_NEW_TOKENS, SPOKEN_MAX_NEW_TOKENS, overhead
+from tools.bench.run import (
+    BUDGET_STAGES,
+    MAX_NEW_TOKENS,
+    SPOKEN_MAX_NEW_TOKENS,
+    overhead,
+)
 from tools.bench.wsdriver import TRAILING_SILENCE_S
 from tools.speech import speak
 
@@ -130,9 +136,11 @@ def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsy
     assert decoded["spoken_short_camera"] == decoded["spoken_short_raw"] == SPOKEN_MAX_NEW_TOKENS
     assert SPOKEN_MAX_NEW_TOKENS < decoded["typed"] <= MAX_NEW_TOKENS
     # the page client stopped at its VAD's end and sent audio.end: nothing streamed while the answer was prepared
+    # (at most the one frame already on its way when the server's speech.ended arrived)
     page = r["cases"]["spoken_short_camera"]["rows"][0]
-    assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] == 0
-    assert page["direct"]["vad_cpu_ms"] == 0
+    assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] <= FRAME_MS
+    if page["stack"]["mic_tail_ms"] == 0:
+        assert page["direct"]["vad_cpu_ms"] == 0  # the direct path listens to exactly what the stack's vad heard
     # the raw client streamed on; the direct path's VAD heard the same tail after the endpoint
     raw = r["cases"]["spoken_short_raw"]["rows"][0]
     assert raw["stack"]["audio_end_sent"] is None

@@ -81,7 +81,7 @@ def _healthz(port: int) -> tuple[int, dict]:
 
 def test_all_healthy_and_only_the_gateway_published(stack: int) -> None:
     rows = compose_stack.ps()
-    assert sorted(r["service"] for r in rows) == ["gateway", "llm", "tts", "vad"], rows
+    assert sorted(r["service"] for r in rows) == ["asr", "gateway", "llm", "tts", "vad"], rows
     assert all(r["state"] == "running" and r["health"] == "healthy" for r in rows), rows
     published = {r["service"]: r["ports"] for r in rows if r["ports"]}
     assert list(published) == ["gateway"], published
@@ -91,7 +91,7 @@ def test_all_healthy_and_only_the_gateway_published(stack: int) -> None:
 def test_gateway_reports_every_service_serving(stack: int) -> None:
     status, body = _healthz(stack)
     assert status == 200, body
-    assert body["dependencies"] == {"vad": "SERVING", "llm": "SERVING", "tts": "SERVING"}, body
+    assert body["dependencies"] == {"vad": "SERVING", "llm": "SERVING", "tts": "SERVING", "asr": "SERVING"}, body
 
 
 async def _typed_turn(port: int, text: str, deadline_s: float = 120.0) -> list[dict]:
