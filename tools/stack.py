@@ -24,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from tools.models import kokoro_kit
 
 T = TypeVar("T")
@@ -65,6 +68,16 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_LLM = ROOT / "tests" / "fixtures" / "models" / "tiny-gemma4-mm.litertlm"
 START_TIMEOUT_S = 300
+
+
+def grpc_serving(address: str) -> bool:
+    """Whether the gRPC service at `address` itself reports SERVING (a gateway's view can be a poll interval old)."""
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+        except grpc.RpcError:
+            return False
+    return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
 def model_dir() -> Path:

@@ -15,12 +15,10 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common import config
-from tools.stack import RealStack, start_stack, stop_stack, wait_until
+from tools.stack import RealStack, grpc_serving, start_stack, stop_stack, wait_until
 
 REQUEST_TIMEOUT_MS = config.load(config.GatewayConfig, {}).request_timeout_ms
 SERVICES = ("vad", "llm", "tts", "gateway")
@@ -61,15 +59,7 @@ def kill(pid: int, sig: signal.Signals) -> None:
 
 
 def _serving(stack: RealStack, name: str) -> bool:
-    """Ask the service itself: the gateway's view of its health is up to a poll interval old."""
-    if name == "gateway":
-        return True
-    with grpc.insecure_channel(f"127.0.0.1:{stack.ports[f'SOTTO_{name.upper()}_PORT']}") as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
-        except grpc.RpcError:
-            return False
-    return reply.status == health_pb2.HealthCheckResponse.SERVING
+    return name == "gateway" or grpc_serving(f"127.0.0.1:{stack.ports[f'SOTTO_{name.upper()}_PORT']}")
 
 
 def wait_restarted(stack: RealStack, name: str, old_pid: int, timeout: float = 120) -> float:

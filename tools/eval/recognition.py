@@ -20,14 +20,13 @@ from pathlib import Path
 
 import grpc
 import numpy as np
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.asr.client import stream_utterance
 from services.common import config
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 from tools.bench.stats import summary
-from tools.stack import ROOT, free_port, wait_until
 from tools.eval.corpus import SAMPLE_RATE, Clip, noise_floor, wer
+from tools.stack import ROOT, free_port, grpc_serving, wait_until
 
 PREROLL_S = 0.3
 QUIET_AFTER_S = 0.4  # SOTTO_VAD_MIN_SILENCE_MS
@@ -48,12 +47,7 @@ def asr_service(partial_interval_ms: int, log: Path) -> Iterator[int]:
         def serving() -> bool:
             if proc.poll() is not None:
                 raise RuntimeError("the asr service exited:\n" + log.read_text()[-4000:])
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-                try:
-                    reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
-                except grpc.RpcError:
-                    return False
-            return reply.status == health_pb2.HealthCheckResponse.SERVING
+            return grpc_serving(f"127.0.0.1:{port}")
         wait_until(serving, 120, "the asr service to be SERVING", interval=0.5)
         yield port
     finally:
