@@ -187,7 +187,8 @@ class _Generation:
 @openai_errors("chat.completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw = request.app[SETTINGS].gateway
-    chat = parse_chat_request(await read_json(request, gw.max_request_bytes), max_image_bytes=gw.max_jpeg_bytes)
+    body = await read_json(request, gw.max_request_bytes)
+    chat = await asyncio.to_thread(parse_chat_request, body, gw)  # images are decoded in it
     completion_id = new_id("chatcmpl")
     chat.generate.turn_id = completion_id
     stub = llm_pb2_grpc.LlmServiceStub(request.app[DEPS].channels["llm"])
@@ -196,7 +197,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                                                "history_turns": len(chat.generate.history)})
         call = stub.Generate(chat.generate, timeout=gw.turn_deadline_ms / 1000, metadata=logs.grpc_metadata())
     generation = _Generation(call, chat.stop)
-    try:
+    try:  # a client that leaves cancels this handler (handler_cancellation, server.py): the finally frees the llm
         first = await generation.first(gw.request_timeout_ms / 1000, gw.retry_after_s)
         head = {"id": completion_id, "created": int(time.time()), "model": chat.model, "system_fingerprint": None}
         if chat.stream:
