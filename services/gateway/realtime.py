@@ -9,6 +9,7 @@ barge-in of `/ws`. Same callers, limits and rate as `/ws`. What is supported, ig
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -127,7 +128,7 @@ class RealtimeSession(Session):
             code="unsupported_frame").body()})
 
     async def _session_update(self, event: dict) -> None:
-        new = apply_update(self.config, event.get("session"), await self._voices())
+        new = apply_update(self.config, event.get("session"), await self._voices(), max_chars=self.gw.max_prompt_chars)
         old, self.config = self.config, new
         if new.input_rate != old.input_rate:
             self._resampler = InputResampler(new.input_rate)
@@ -195,7 +196,7 @@ class RealtimeSession(Session):
         if not isinstance(content, list) or not content:
             raise OpenAIError("'item.content' must be a non-empty list", param="item.content")
         if role == "user":
-            kept = self._user_parts(content)
+            kept = self._hold(*await asyncio.to_thread(self._user_parts, content))  # images are decoded in it
         elif role == "assistant":
             kept = self._assistant_parts(content)
         else:
@@ -208,7 +209,8 @@ class RealtimeSession(Session):
             await self.wire.item_added(stored, self.conversation.add(stored))
         self.emit(Deferred(added))
 
-    def _user_parts(self, content: list) -> list[dict]:
+    def _user_parts(self, content: list) -> tuple[list[str], list[bytes], bytes, list[dict]]:
+        """A user item's texts, images (decoded and bounded) and audio (resampled), and the parts as kept."""
         texts, images, pcm, kept = [], [], bytearray(), []
         for i, part in enumerate(content):
             where, kind = f"item.content[{i}]", part.get("type") if isinstance(part, dict) else None
@@ -219,14 +221,26 @@ class RealtimeSession(Session):
                 texts.append(part["text"])
                 kept.append({"type": "input_text", "text": part["text"]})
             elif kind == "input_image":
-                images.append(image_from_url(part.get("image_url"), self.gw.max_jpeg_bytes, f"{where}.image_url"))
+                if len(self.pending.images) + len(images) == self.gw.max_images:
+                    raise OpenAIError(f"more than {self.gw.max_images} images for one answer "
+                                      "(SOTTO_GATEWAY_MAX_IMAGES)", param=f"{where}.image_url")
+                images.append(image_from_url(part.get("image_url"), self.gw.max_jpeg_bytes, self.gw.max_image_pixels,
+                                             f"{where}.image_url")[0])
                 kept.append({"type": "input_image", "detail": "auto"})  # the bytes are not kept
             elif kind == "input_audio":
                 pcm += self._resampler.whole(pcm16(part.get("audio"), f"{where}.audio"))
                 kept.append({"type": "input_audio", "transcript": None})
             else:
                 raise OpenAIError(f"'{where}' must be an input_text, input_image or input_audio part", param=where)
-        self.pending.add_audio(bytes(pcm))
+        return texts, images, bytes(pcm), kept
+
+    def _hold(self, texts: list[str], images: list[bytes], pcm: bytes, kept: list[dict]) -> list[dict]:
+        """What a user item adds, held for the next answer once all of it is known to fit."""
+        if sum(map(len, self.pending.texts + texts)) > self.gw.max_prompt_chars:
+            raise OpenAIError(f"the text held for one answer is over {self.gw.max_prompt_chars} characters "
+                              "(SOTTO_GATEWAY_MAX_PROMPT_CHARS): send response.create first",
+                              param="item.content", code="context_length_exceeded")
+        self.pending.add_audio(pcm)
         self.pending.texts += texts
         self.pending.images += images
         return kept
@@ -292,7 +306,7 @@ class RealtimeSession(Session):
         if self._responding():
             raise OpenAIError("Conversation already has an active response in progress",
                               code="conversation_already_has_active_response")
-        overrides = response_overrides(params, await self._voices())
+        overrides = response_overrides(params, await self._voices(), max_chars=self.gw.max_prompt_chars)
         if self.pending.empty():
             raise OpenAIError("nothing to respond to: add a user item (conversation.item.create) or commit audio "
                               "first", code="no_user_input")
