@@ -21,6 +21,7 @@ from services.common import config, hardware, logs
 from services.gateway import openai_chat, realtime
 from services.gateway.dependencies import Dependencies
 from services.gateway.hosts import host_check
+from services.gateway.v1_errors import v1_error_shape
 from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
@@ -95,7 +96,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: config.Settings) -> web.Application:
     common, gw = settings.common, settings.gateway
     hardware.register()
-    app = web.Application(middlewares=[host_check(settings)])
+    app = web.Application(middlewares=[v1_error_shape, host_check(settings)])
     app[SETTINGS] = settings
     app[DEPS] = Dependencies(
         addresses={"vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
@@ -149,8 +150,11 @@ def main() -> None:
     app = create_app(settings)
     scheme = "https" if tls else "http"
     _LOGGER.info("listening", extra={"address": f"{scheme}://{settings.common.host}:{settings.gateway.port}"})
+    # handler_cancellation: a client that drops its connection cancels its handler, so an abandoned
+    # /v1/chat/completions request cancels its llm call at once instead of generating for nobody (aiohttp's
+    # recommended way, and what its test server, which tests/gateway uses, does by default).
     web.run_app(app, host=settings.common.host, port=settings.gateway.port, print=None, ssl_context=tls,
-                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True)
+                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True, handler_cancellation=True)
 
 
 if __name__ == "__main__":
