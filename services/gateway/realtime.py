@@ -256,6 +256,9 @@ class RealtimeSession(Session):
                 raise OpenAIError(f"'item.content[{i}]' must be an output_text part (text) or an output_audio part "
                                   "with a transcript", param=f"item.content[{i}]")
             texts.append(text)
+        if sum(map(len, texts)) > self.gw.max_prompt_chars:
+            raise OpenAIError(f"the answer's text is over {self.gw.max_prompt_chars} characters "
+                              "(SOTTO_GATEWAY_MAX_PROMPT_CHARS)", param="item.content", code="context_length_exceeded")
         user = self.pending.take(turn_id="", t_input_end=0.0)
         self._remember(user.text, " ".join(texts))
         return [{"type": "output_text", "text": " ".join(texts)}]

@@ -75,7 +75,7 @@ def huge_requests() -> dict[str, dict]:
                                          for i in range(10001)]},
         "2 MB of text": {"messages": [{"role": "user", "content": words}]},
         "7.5 MB of text": {"messages": [{"role": "system", "content": words * 3},
-                                        {"role": "user", "content": words[:len(words) // 4]}]},
+                                        {"role": "user", "content": words[:1_500_000]}]},
         "1 MB without spaces": {"messages": [{"role": "user", "content": "x" * (1024 * 1024)}]},
         "10,000 text parts": {"messages": [{"role": "user", "content": [{"type": "text", "text": "word"}] * 10000}]},
     }
@@ -244,6 +244,23 @@ async def test_realtime_images_held_for_one_answer_are_bounded(stack: Stack) -> 
         await events.conn.send({"type": "conversation.item.create", "item": text_item("and this", data_url(jpeg()))})
         error = await events.wait_for("error")
     assert "SOTTO_GATEWAY_MAX_IMAGES" in error.error.message
+
+
+@pytest.mark.parametrize("event", [
+    {"type": "session.update", "session": {"type": "realtime", "instructions": "Be brief. " * 10000}},
+    {"type": "response.create", "response": {"instructions": "Be brief. " * 10000}},
+    {"type": "conversation.item.create", "item": {"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "Sure. " * 20000}]}},
+], ids=["session instructions", "response instructions", "an assistant item"])
+async def test_realtime_text_beyond_the_prompt_limit_is_refused(stack: Stack, event: dict) -> None:
+    async with realtime(stack) as events:
+        await events.conn.conversation.item.create(item=text_item("Hi"))
+        await events.wait_for("conversation.item.added")
+        await events.conn.send(event)
+        error = await events.wait_for("error")
+        assert not any(e.type in ("response.created", "session.updated") for e in events.all)
+        assert [e.type for e in events.all].count("conversation.item.added") == 1
+    assert error.error.code == "context_length_exceeded" and "SOTTO_GATEWAY_MAX_PROMPT_CHARS" in error.error.message
 
 
 # -- the error shape of everything under /v1/ --------------------------------------------------------------------
