@@ -57,7 +57,7 @@ def error_response(exc: web.HTTPException, request: web.Request) -> web.Response
 
 @web.middleware
 async def v1_error_shape(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if not request.path.startswith(PREFIX):
+    if not (request.path + "/").startswith(PREFIX):
         return await handler(request)
     try:
         return await handler(request)

@@ -268,6 +268,7 @@ async def test_realtime_text_beyond_the_prompt_limit_is_refused(stack: Stack, ev
     ("GET", "/v1/chat/completions", {}, 405),
     ("DELETE", "/v1/models", {}, 405),
     ("GET", "/v1/no/such/endpoint", {}, 404),
+    ("GET", "/v1", {}, 404),
     ("POST", "/v1/embeddings", {}, 404),
     ("GET", "/v1/models", {"Host": "rebound.example"}, 421),
     ("GET", "/v1/realtime", {}, 400),  # aiohttp's own refusal of a WebSocket handshake without its headers
