@@ -65,6 +65,7 @@ def _optional_dict(value: Any, param: str) -> dict:
 
 
 def instructions(value: Any, param: str, max_chars: int) -> str:
+    """A system prompt from the client: it rides along in every prompt it applies to, so its size is bounded."""
     if not isinstance(value, str):
         raise OpenAIError(f"'{param}' must be a string", param=param)
     if len(value) > max_chars:
