@@ -20,7 +20,7 @@ from pathlib import Path
 import aiohttp
 
 from services.common.audio import read_wav, wav_bytes
-from services.gateway.protocol import HEADER, HEADER_BYTES, FrameKind, pack_frame
+from services.gateway.wires.protocol import HEADER, HEADER_BYTES, FrameKind, pack_frame
 
 # 512 samples, one Silero window per frame: what the page sends, and each frame completes exactly one vad window
 # (shorter frames complete windows unevenly, for more WebSocket messages and gateway wake-ups).

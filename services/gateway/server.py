@@ -18,10 +18,10 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common import config, hardware, logs
-from services.gateway import openai_chat, realtime
-from services.gateway.dependencies import Dependencies
+from services.gateway.wires import chat_completions as openai_chat, realtime
+from services.gateway.links.dependencies import Dependencies
 from services.gateway.hosts import host_check
-from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
+from services.gateway.wires.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)

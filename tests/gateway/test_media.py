@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, pick_keyframes
-from services.gateway.protocol import Frame, FrameKind
+from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, pick_keyframes
+from services.gateway.wires.protocol import Frame, FrameKind
 
 
 def _f(seq: int) -> Frame:

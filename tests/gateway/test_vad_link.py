@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from services.gateway.vad_link import VadLink
+from services.gateway.links.vad import VadLink
 from sotto.v1 import vad_pb2
 
 FRAME = 512  # samples: one Silero window per frame, so every frame is sent as its own chunk

@@ -19,8 +19,8 @@ from aiohttp import WSMsgType, web
 
 from services.common import config, logs
 from services.gateway import metrics
-from services.gateway.dependencies import Dependencies
-from services.gateway.session import Session
+from services.gateway.links.dependencies import Dependencies
+from services.gateway.conversation.session import Session
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import grpc
 
 from services.common import logs
 from services.gateway import metrics
-from services.gateway.hearing import SpokenWords, Unheard
-from services.gateway.protocol import FrameKind, event, pack_frame
+from services.gateway.links.asr import SpokenWords, Unheard
+from services.gateway.wires.protocol import FrameKind, event, pack_frame
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class TurnInput:
     images: list[bytes] = field(default_factory=list)
     image_ts: list[float] = field(default_factory=list)
     endpoint_ms: float | None = None
-    words: SpokenWords | None = None  # a spoken turn's words (services.gateway.hearing)
+    words: SpokenWords | None = None  # a spoken turn's words (services.gateway.links.asr)
 
 
 @dataclass(kw_only=True)

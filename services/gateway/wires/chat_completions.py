@@ -22,11 +22,11 @@ from aiohttp import web
 
 from services.common import logs
 from services.gateway import metrics
-from services.gateway.openai_chat_request import ChatRequest, parse_chat_request
-from services.gateway.openai_common import OpenAIError, new_id
-from services.gateway.protocol import ProtocolError, decode_json
-from services.gateway.rate_limit import RateLimiter
-from services.gateway.ws import DEPS, SETTINGS, check_caller
+from services.gateway.wires.chat_request import ChatRequest, parse_chat_request
+from services.gateway.wires.openai_common import OpenAIError, new_id
+from services.gateway.wires.protocol import ProtocolError, decode_json
+from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.wires.ws import DEPS, SETTINGS, check_caller
 from sotto.v1 import llm_pb2, llm_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)

@@ -19,14 +19,14 @@ from aiohttp import web
 
 from services.common import config, logs
 from services.gateway import metrics
-from services.gateway.hearing import Hearing, SpokenWords
-from services.gateway.intake import MediaIntake
-from services.gateway.playback import answer_playing
-from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
+from services.gateway.links.asr import Hearing, SpokenWords
+from services.gateway.conversation.intake import MediaIntake
+from services.gateway.conversation.playback import answer_playing
+from services.gateway.wires.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                        SessionStart, TypedText, event, parse_frame, parse_message)
-from services.gateway.rate_limit import RateLimiter
-from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
-from services.gateway.vad_link import VadLink
+from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
+from services.gateway.links.vad import VadLink
 from sotto.v1 import asr_pb2_grpc, common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)

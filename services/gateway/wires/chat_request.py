@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.audio import read_wav
-from services.gateway.openai_common import OpenAIError, decode_base64, image_from_url
+from services.gateway.wires.openai_common import OpenAIError, decode_base64, image_from_url
 from sotto.v1 import common_pb2, llm_pb2
 
 # Accepted and ignored: they label, store or route a request, which changes nothing here.

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from services.gateway.protocol import Frame, ProtocolError
+from services.gateway.wires.protocol import Frame, ProtocolError
 
 
 class JitterBuffer:

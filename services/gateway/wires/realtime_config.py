@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from services.gateway.openai_common import OpenAIError
+from services.gateway.wires.openai_common import OpenAIError
 
 INPUT_RATES = (24000, 16000)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
 OUTPUT_RATE = 24000

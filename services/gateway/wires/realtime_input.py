@@ -7,9 +7,9 @@ import numpy as np
 import soxr
 
 from services.common import audio
-from services.gateway.intake import SAMPLE_RATE_IN
-from services.gateway.openai_common import OpenAIError
-from services.gateway.turn import TurnInput
+from services.gateway.conversation.intake import SAMPLE_RATE_IN
+from services.gateway.wires.openai_common import OpenAIError
+from services.gateway.conversation.turn import TurnInput
 
 
 class InputResampler:

@@ -20,16 +20,16 @@ import grpc
 from aiohttp import WSMsgType, web
 
 from services.common import audio, config, logs
-from services.gateway.intake import SAMPLE_RATE_IN
-from services.gateway.openai_common import OpenAIError, image_from_url, new_id, pcm16
-from services.gateway.protocol import (PROTOCOL_VERSION, Frame, FrameKind, ProtocolError, SessionStart,
+from services.gateway.conversation.intake import SAMPLE_RATE_IN
+from services.gateway.wires.openai_common import OpenAIError, image_from_url, new_id, pcm16
+from services.gateway.wires.protocol import (PROTOCOL_VERSION, Frame, FrameKind, ProtocolError, SessionStart,
                                        decode_json)
-from services.gateway.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
-from services.gateway.realtime_input import InputResampler, PendingInput
-from services.gateway.realtime_wire import Conversation, Deferred, RealtimeWire, user_audio_item
-from services.gateway.session import Session
-from services.gateway.turn import TurnInput, TurnSettings
-from services.gateway.ws import DEPS, MODEL, SETTINGS, check_caller, check_session_room, registered
+from services.gateway.wires.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
+from services.gateway.wires.realtime_input import InputResampler, PendingInput
+from services.gateway.wires.realtime_events import Conversation, Deferred, RealtimeWire, user_audio_item
+from services.gateway.conversation.session import Session
+from services.gateway.conversation.turn import TurnInput, TurnSettings
+from services.gateway.wires.ws import DEPS, MODEL, SETTINGS, check_caller, check_session_room, registered
 from sotto.v1 import common_pb2, tts_pb2, vad_pb2
 
 _LOGGER = logging.getLogger(__name__)

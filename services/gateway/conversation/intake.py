@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from services.common import audio, config
 from services.gateway import metrics
-from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
-from services.gateway.protocol import Frame
+from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
+from services.gateway.wires.protocol import Frame
 
 SAMPLE_RATE_IN = 16000  # what the page and the vad speak; session.start's sample_rate says so
 _SAMPLES_PER_MS = SAMPLE_RATE_IN // 1000

@@ -21,9 +21,9 @@ import numpy as np
 import soxr
 from aiohttp import web
 
-from services.gateway.openai_common import new_id
-from services.gateway.protocol import HEADER_BYTES
-from services.gateway.realtime_config import OUTPUT_RATE
+from services.gateway.wires.openai_common import new_id
+from services.gateway.wires.protocol import HEADER_BYTES
+from services.gateway.wires.realtime_config import OUTPUT_RATE
 
 # protocol v1 error codes -> OpenAI error types
 _ERROR_TYPES = {"timeout": "server_error", "unavailable": "server_error", "internal": "server_error",

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from services.common import logs
-from services.gateway.protocol import event
+from services.gateway.wires.protocol import event
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
