@@ -259,7 +259,9 @@ class GatewayConfig:
     tts_addr: str = setting("SOTTO_TTS_ADDR", "", "tts service address (empty: SOTTO_HOST:SOTTO_TTS_PORT).")
     asr_addr: str = setting("SOTTO_ASR_ADDR", "", "asr service address (empty: SOTTO_HOST:SOTTO_ASR_PORT).")
     request_timeout_ms: int = setting("SOTTO_REQUEST_TIMEOUT_MS", 2000,
-                                      "Deadline for each stage's first response and for stalled input.",
+                                      "Deadline for each stage's first response and for stalled input; an "
+                                      "utterance's words are waited for this plus the utterance's length, at most "
+                                      "SOTTO_TURN_DEADLINE_MS.",
                                       lo=50, hi=600000)
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)

@@ -55,7 +55,7 @@ class Words:
         self._timeout_s = timeout_s
         self._on_cancel = on_cancel
         self.failure = ""
-        self.dead = False  # the failure is the service's absence (UNAVAILABLE), not slowness or a refusal
+        self.late = False  # the failure is the deadline (a hung or very slow recogniser), not the service's absence
         self.recognition_ms: float | None = None  # from the end of the audio to the words, as the gateway saw it
         self._started = time.monotonic()
 
@@ -64,12 +64,12 @@ class Words:
             async with asyncio.timeout(self._timeout_s):
                 transcript = await asyncio.shield(self._task)
         except TimeoutError:
-            self.failure = f"it gave no words within {self._timeout_s:.1f} s"
+            self.failure, self.late = f"it gave no words within {self._timeout_s:.1f} s", True
             self.cancel()
             return None
         except grpc.aio.AioRpcError as exc:
             self.failure = f"{exc.code().name}: {exc.details()}"
-            self.dead = exc.code() == grpc.StatusCode.UNAVAILABLE
+            self.late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             return None
         except NoWords as exc:
             self.failure = str(exc)
@@ -229,7 +229,7 @@ class SpokenWords:
         if text is None:
             words = self._words
             reason = words.failure if words is not None else ""
-            if words is not None and not words.dead:
+            if words is not None and words.late:
                 raise Unheard("timeout", f"speech recognition failed on that utterance ({reason}); the model "
                                          f"{self._model_name} takes text only, so it was not answered: please say "
                                          "it again")
@@ -270,7 +270,7 @@ class SpokenWords:
             self._send(event("transcript", turn_id=self._turn_id, text=self._text,
                              recognition_ms=self._words.recognition_ms))
         elif not self.cascade and (reason := self._hearing.outage_reason(self._words)) is not None:
-            what = "is unavailable" if self._words.dead else "failed"
+            what = "gave no words in time" if self._words.late else "is unavailable"
             self._send(event("transcript", turn_id=self._turn_id, text=None,
                              error=f"speech recognition {what} ({reason}); spoken words are not shown "
                                    "or remembered as text until it is back"))
