@@ -33,6 +33,15 @@ _LOGGER = logging.getLogger(__name__)
 INTERRUPT_WAIT_S = 2.0  # how long a new turn waits for the interrupted one to wind down
 
 
+def turn_taking(v: config.VadConfig) -> vad_pb2.VadSettings:
+    """The session's vad settings, from the gateway's: every wire starts from these."""
+    return vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms, min_silence_ms=v.min_silence_ms,
+                               speech_pad_ms=v.speech_pad_ms, turn_silence_ms=v.turn_silence_ms,
+                               max_turn_silence_ms=v.max_turn_silence_ms, silence_only=not v.semantic_turn,
+                               barge_in_threshold=v.barge_in_threshold,
+                               barge_in_min_speech_ms=v.barge_in_min_speech_ms)
+
+
 class State(Enum):
     LISTENING = "listening"
     THINKING = "thinking"
@@ -246,12 +255,7 @@ class Session:
     def _open(self, start: SessionStart) -> None:
         self.start = start
         v = self.cfg.vad
-        settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
-                                       min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms,
-                                       turn_silence_ms=v.turn_silence_ms, max_turn_silence_ms=v.max_turn_silence_ms,
-                                       silence_only=not v.semantic_turn, barge_in_threshold=v.barge_in_threshold,
-                                       barge_in_min_speech_ms=v.barge_in_min_speech_ms)
-        self.vad = VadLink(stub=self.vad_stub, settings=settings, sample_rate=start.sample_rate,
+        self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.gw.request_timeout_ms / 1000.0, batch_ms=self.gw.vad_batch_ms,
                            batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance,

@@ -27,10 +27,10 @@ from services.gateway.wires.protocol import (PROTOCOL_VERSION, Frame, FrameKind,
 from services.gateway.wires.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
 from services.gateway.wires.realtime_input import InputResampler, PendingInput
 from services.gateway.wires.realtime_events import Conversation, Deferred, RealtimeWire, user_audio_item
-from services.gateway.conversation.session import Session
+from services.gateway.conversation.session import Session, turn_taking
 from services.gateway.conversation.turn import TurnInput, TurnSettings
 from services.gateway.wires.ws import DEPS, MODEL, SETTINGS, check_caller, check_session_room, registered
-from sotto.v1 import common_pb2, tts_pb2, vad_pb2
+from sotto.v1 import common_pb2, tts_pb2
 
 _LOGGER = logging.getLogger(__name__)
 MIN_COMMIT_MS = 100  # OpenAI's own minimum for a committed buffer
@@ -42,9 +42,10 @@ class RealtimeSession(Session):
     def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, **kwargs: Any) -> None:
         model = kwargs["model"]
         gw = cfg.gateway
-        self.config = RealtimeConfig(
-            instructions=gw.system_prompt, voice=gw.voice or model.get("default_voice", ""),
-            turn_detection=TurnDetection(threshold=cfg.vad.threshold, silence_duration_ms=cfg.vad.min_silence_ms))
+        detection = TurnDetection(type="semantic_vad" if cfg.vad.semantic_turn else "server_vad",
+                                  threshold=cfg.vad.threshold, silence_duration_ms=cfg.vad.min_silence_ms)
+        self.config = RealtimeConfig(instructions=gw.system_prompt, voice=gw.voice or model.get("default_voice", ""),
+                                     turn_detection=detection, gateway_detection=detection)
         self.conversation = Conversation(keep=max(16, 4 * gw.max_history_turns))
         self.wire = RealtimeWire(ws, self.conversation, self._session_object)
         super().__init__(ws=self.wire, cfg=cfg, **kwargs)  # the wire stands for the socket
@@ -84,9 +85,7 @@ class RealtimeSession(Session):
     def _apply_vad_settings(self) -> None:
         td = self.config.turn_detection
         if td is not None and self.vad is not None:
-            self.vad.settings = vad_pb2.VadSettings(
-                threshold=td.threshold, min_silence_ms=td.silence_duration_ms, min_speech_ms=self.cfg.vad.min_speech_ms,
-                speech_pad_ms=self.cfg.vad.speech_pad_ms)
+            self.vad.settings = td.vad_settings(turn_taking(self.cfg.vad))
 
     def _heard_so_far(self, turn_id: str, samples: int) -> None:
         """What reached the client counts as heard (as OpenAI assumes) until a truncate says otherwise."""
