@@ -71,6 +71,7 @@ logs:
 
 # `make test` runs the soak at its short default length; `make soak` runs only the soak, at full length.
 test: install system-deps web-assets models-offline
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 SOAK_SECONDS ?= 1200

@@ -107,7 +107,8 @@ class LlmEngine:
         self.config = config
         path = Path(config.model_path).expanduser()
         if not path.is_file():
-            raise EngineError(f"model file not found: {path}", "set SOTTO_LLM_MODEL or build one with tools/models/llm_kit")
+            raise EngineError(f"model file not found: {path}",
+                              "set SOTTO_LLM_MODEL or build one with tools/models/llm_kit")
         tap = stderr_tap()
         mark = tap.mark()
         try:
@@ -127,7 +128,8 @@ class LlmEngine:
             kv_bytes_per_token=config.kv_bytes_per_token,
         )
         if plan.lowered:
-            _LOGGER.warning("context lowered from %d to %d tokens to fit: %s", wanted, plan.context_tokens, plan.describe())
+            _LOGGER.warning("context lowered from %d to %d tokens to fit: %s", wanted, plan.context_tokens,
+                            plan.describe())
         audio_backend = config.audio_backend if modalities.audio else None
         Path(config.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -177,7 +179,8 @@ class LlmEngine:
         log("llm backend: %s (%s)", backend, reason)
         return engine, backend, vision_on(backend), reason
 
-    def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None, audio_backend: str | None):
+    def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None,
+                audio_backend: str | None):
         config = self.config
         tap = stderr_tap()
         mark = tap.mark()
@@ -192,7 +195,8 @@ class LlmEngine:
                 enable_benchmark=True,  # per-turn prefill/decode token counts and rates
             )
         except RuntimeError as exc:
-            raise EngineError(f"cannot load model {path.name} on {backend}", tap.reason_since(mark) or str(exc)) from exc
+            raise EngineError(f"cannot load model {path.name} on {backend}",
+                              tap.reason_since(mark) or str(exc)) from exc
 
     def _markup_tokens(self) -> int:
         """The tokens the chat template puts around one message (and the reply's opening), from the template."""

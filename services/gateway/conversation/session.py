@@ -22,8 +22,9 @@ from services.gateway import metrics
 from services.gateway.links.asr import Hearing, SpokenWords
 from services.gateway.conversation.intake import MediaIntake
 from services.gateway.conversation.playback import answer_playing
-from services.gateway.wires.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
-                                       SessionStart, TypedText, event, parse_frame, parse_message)
+from services.gateway.wires.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback,
+                                             ProtocolError, SessionStart, TypedText, event, parse_frame,
+                                             parse_message)
 from services.gateway.conversation.rate_limit import RateLimiter
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.links.vad import VadLink

@@ -362,7 +362,8 @@ class Turn:
         t = result.timings
         if "ttfa_ms" in t:
             metrics.TTFA.labels(self.inp.source).observe(t["ttfa_ms"] / 1000)
-        for stage in ("endpoint_ms", "asr_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms"):
+        for stage in ("endpoint_ms", "asr_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms",
+                      "first_audio_ms"):
             if stage in t:
                 metrics.STAGE.labels(stage[:-3]).observe(t[stage] / 1000)
         metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)
