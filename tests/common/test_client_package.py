@@ -26,7 +26,8 @@ def stub_protobuf_version() -> Version:
     """The protobuf runtime the stubs were generated for: ValidateProtobufRuntimeVersion(domain, major, minor,
     patch, ...) refuses an older runtime or another major version."""
     text = (ROOT / "sotto/v1/llm_pb2.py").read_text()
-    major, minor, patch = re.search(r"ValidateProtobufRuntimeVersion\(\s*\S+,\s*(\d+),\s*(\d+),\s*(\d+),", text).groups()
+    pattern = r"ValidateProtobufRuntimeVersion\(\s*\S+,\s*(\d+),\s*(\d+),\s*(\d+),"
+    major, minor, patch = re.search(pattern, text).groups()
     return Version(f"{major}.{minor}.{patch}")
 
 
