@@ -85,7 +85,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
     await deps.start()
     yield
     for session in list(app[SESSIONS]):
-        await session.ws.close(code=1001, message=b"gateway shutting down")
+        await session.output.close(code=1001, message=b"gateway shutting down")
     for task in list(tasks):
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)

@@ -13,18 +13,18 @@ import logging
 import time
 import uuid
 from enum import Enum
+from typing import Any, Protocol
 
 import grpc
-from aiohttp import web
 
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.links.asr import Hearing, SpokenWords
 from services.gateway.conversation.intake import MediaIntake
 from services.gateway.conversation.playback import answer_playing
+from services.gateway.conversation import events
 from services.gateway.wires.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback,
-                                             ProtocolError, SessionStart, TypedText, event, parse_frame,
-                                             parse_message)
+                                             ProtocolError, SessionStart, TypedText, parse_frame, parse_message)
 from services.gateway.conversation.rate_limit import RateLimiter
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.links.vad import VadLink
@@ -43,6 +43,14 @@ def turn_taking(v: config.VadConfig) -> vad_pb2.VadSettings:
                                barge_in_min_speech_ms=v.barge_in_min_speech_ms)
 
 
+class Output(Protocol):
+    """Where a session's events go: a wire's adapter, which serializes them (and its own items) for its client."""
+
+    async def send(self, item: events.Event | Any) -> None: ...
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> None: ...
+
+
 class State(Enum):
     LISTENING = "listening"
     THINKING = "thinking"
@@ -50,10 +58,10 @@ class State(Enum):
 
 
 class Session:
-    def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
+    def __init__(self, *, output: Output, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
                  model: dict, health: dict[str, str]) -> None:
         self.id = uuid.uuid4().hex[:12]
-        self.ws = ws
+        self.output = output
         self.cfg = cfg
         self.gw = cfg.gateway
         self.model = model
@@ -67,7 +75,7 @@ class Session:
         self.history_owner: Turn | None = None  # the turn whose reply is the last history entry
         self.turn: Turn | None = None
         self.turn_task: asyncio.Task | None = None
-        self.out: asyncio.Queue[tuple[str | bytes, Turn | None] | None] = asyncio.Queue()
+        self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
         self.intake = MediaIntake(gw=self.gw, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance)
@@ -81,27 +89,26 @@ class Session:
         self._vad_failure_told = False  # until the vad service answers again
 
     # -- sending ---------------------------------------------------------------------------------------------
-    def send(self, data: str | bytes, turn: Turn | None = None) -> None:
-        self.out.put_nowait((data, turn))
+    def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
+        """Queue an event (or a wire's own item, which the wire alone understands) behind everything before it."""
+        self.out.put_nowait((item, turn))
 
     def error(self, code: str, message: str, turn_id: str = "") -> None:
         metrics.ERRORS.labels(code).inc()
-        self.send(event("error", code=code, message=message, **({"turn_id": turn_id} if turn_id else {})))
+        self.send(events.Error(code=code, message=message, turn_id=turn_id))
 
     async def _write(self) -> None:
-        while (item := await self.out.get()) is not None:
-            data, turn = item
-            if turn is not None and turn.interrupted and isinstance(data, bytes):
+        while (entry := await self.out.get()) is not None:
+            item, turn = entry
+            audio = isinstance(item, events.AudioChunk)
+            if turn is not None and turn.interrupted and audio:
                 continue  # barge-in: audio of a cut turn is never sent
             try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_str(data)
+                await self.output.send(item)
             except (ConnectionResetError, RuntimeError):
                 return
             # After the send: the first audio frame does not wait for a log line to be formatted and written.
-            if turn is not None and self.turn is turn and isinstance(data, bytes) and self.state != State.SPEAKING:
+            if turn is not None and self.turn is turn and audio and self.state != State.SPEAKING:
                 self._set_state(State.SPEAKING, "first audio")
 
     def _set_state(self, new: State, reason: str) -> None:
@@ -153,7 +160,7 @@ class Session:
         elif isinstance(msg, AudioEnd) and self.vad is not None:
             self.vad.end_of_speech(ask_verdict=self.start.turn_hold)
         elif isinstance(msg, Ping):
-            self.send(event("pong"))
+            self.send(events.Pong())
         return True
 
     def _interrupt(self, turn_id: str, played_samples: int) -> None:
@@ -214,15 +221,16 @@ class Session:
                 # The words will be the message: recognise them while the user speaks, pre-roll included.
                 first = origin + ev.start_sample - self.gw.preroll_ms * 16
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
-            self.send(event("speech.started", ts_ms=ev.start_ts_ms))
+            self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
-            self.send(event("turn.hold", ts_ms=ev.start_ts_ms, max_silence_ms=self.cfg.vad.max_turn_silence_ms))
+            held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
+            self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
-            self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
+            self.send(events.SpeechEnded(ts_ms=ev.end_ts_ms))
             turn_id = self._turn_id()
             words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
                                 streamed=self.hearing.finish(round(utterance.audio_ms * 16)),
@@ -265,14 +273,14 @@ class Session:
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
                   "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
-        self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
-                        sample_rate_out=SAMPLE_RATE_OUT, voices=self.model.get("voices", []),
-                        voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
-                        model=self.model.get("llm", {}), limits=limits, health=dict(self.health),
-                        turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms,
-                              "max_silence_ms": v.max_turn_silence_ms, "barge_in_threshold": v.barge_in_threshold,
-                              "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                              "barge_in_level_db": v.barge_in_level_db}))
+        self.send(events.SessionReady(
+            session_id=self.id, sample_rate_in=start.sample_rate, sample_rate_out=SAMPLE_RATE_OUT,
+            voices=self.model.get("voices", []),
+            voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
+            model=self.model.get("llm", {}), limits=limits, health=dict(self.health),
+            turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
+                  "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
+                  "barge_in_level_db": v.barge_in_level_db}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 
@@ -327,7 +335,7 @@ class Session:
             self._vad_failure_told = False
         elif service == "vad" and self.vad is not None:
             self.vad.went_away()
-        self.send(event("health", service=service, status=status))
+        self.send(events.Health(service=service, status=status))
 
     async def close(self) -> None:
         if self.turn is not None:

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from services.common import logs
-from services.gateway.wires.protocol import event
+from services.gateway.conversation import events
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -209,7 +209,7 @@ class SpokenWords:
     `reply_started` when the reply's first audio is out, and `settle` at its end."""
 
     def __init__(self, *, hearing: Hearing, turn_id: str, wav: bytes, streamed: Words | None, cascade: bool,
-                 model_name: str, send: Callable[[str], None]) -> None:
+                 model_name: str, send: Callable[[events.Transcript], None]) -> None:
         self._hearing = hearing
         self._turn_id = turn_id
         self._wav = wav
@@ -267,11 +267,11 @@ class SpokenWords:
         self._settled = True
         if self._text is not None:
             self._hearing.heard()
-            self._send(event("transcript", turn_id=self._turn_id, text=self._text,
-                             recognition_ms=self._words.recognition_ms))
+            self._send(events.Transcript(turn_id=self._turn_id, text=self._text,
+                                         recognition_ms=self._words.recognition_ms))
         elif not self.cascade and (reason := self._hearing.outage_reason(self._words)) is not None:
             what = "gave no words in time" if self._words.late else "is unavailable"
-            self._send(event("transcript", turn_id=self._turn_id, text=None,
-                             error=f"speech recognition {what} ({reason}); spoken words are not shown "
-                                   "or remembered as text until it is back"))
+            self._send(events.Transcript(turn_id=self._turn_id, text=None,
+                                         error=f"speech recognition {what} ({reason}); spoken words are not "
+                                               "shown or remembered as text until it is back"))
         return self._text

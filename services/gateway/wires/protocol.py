@@ -1,4 +1,5 @@
-"""Protocol v1 on the wire (docs/protocol.md): binary frame headers, client messages, error codes.
+"""Protocol v1 on the wire (docs/protocol.md): binary frame headers, client messages, error codes, and the
+conversation's events serialized as v1 sends them.
 
 Parsing is strict and total: anything a client sends either becomes a typed message or a `ProtocolError` whose
 code and message go back to the client as an `error` event. Nothing here does I/O.
@@ -14,6 +15,8 @@ from enum import IntEnum
 from typing import Any
 
 import orjson
+
+from services.gateway.conversation import events
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHId")  # kind, flags, reserved, sequence, timestamp ms
@@ -191,3 +194,25 @@ def parse_message(text: str, max_bytes: int, max_text_chars: int) -> ClientMessa
 
 def event(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, **fields}, ensure_ascii=False)
+
+
+_TYPES: dict[type, str] = {
+    events.SessionReady: "session.ready", events.SpeechStarted: "speech.started", events.SpeechEnded: "speech.ended",
+    events.TurnHeld: "turn.hold", events.TurnStarted: "turn.started", events.Transcript: "transcript",
+    events.TextDelta: "text.delta", events.AudioStarted: "audio.start", events.AudioDone: "audio.done",
+    events.TurnDone: "turn.done", events.Error: "error", events.Busy: "busy", events.Health: "health",
+    events.Pong: "pong"}
+
+
+def serialize(ev: events.Event) -> str | bytes:
+    """A conversation event as protocol v1 sends it (docs/protocol.md): audio as a binary frame, the rest as JSON."""
+    if isinstance(ev, events.AudioChunk):
+        return pack_frame(FrameKind.AUDIO_OUT, ev.sequence, float(ev.sample_offset), ev.pcm16)
+    fields = {f.name: getattr(ev, f.name) for f in dataclasses.fields(ev)}
+    if isinstance(ev, events.SessionReady):
+        fields = {"session_id": ev.session_id, "protocol": PROTOCOL_VERSION, **fields}
+    elif isinstance(ev, events.Transcript):
+        fields.pop("recognition_ms" if ev.error is not None else "error")
+    elif isinstance(ev, events.Error) and not ev.turn_id:
+        del fields["turn_id"]
+    return event(_TYPES[type(ev)], **fields)

@@ -48,7 +48,7 @@ class RealtimeSession(Session):
                                      turn_detection=detection, gateway_detection=detection)
         self.conversation = Conversation(keep=max(16, 4 * gw.max_history_turns))
         self.wire = RealtimeWire(ws, self.conversation, self._session_object)
-        super().__init__(ws=self.wire, cfg=cfg, **kwargs)  # the wire stands for the socket
+        super().__init__(output=self.wire, cfg=cfg, **kwargs)
         self.wire.on_audio_sent = self._heard_so_far
         self.pending = PendingInput(gw.max_turn_audio_s)
         self._manual = bytearray()  # audio appended with turn detection off, until committed

@@ -20,7 +20,9 @@ from aiohttp import WSMsgType, web
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.links.dependencies import Dependencies
+from services.gateway.conversation import events
 from services.gateway.conversation.session import Session
+from services.gateway.wires.protocol import serialize
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -29,6 +31,23 @@ DEPS = web.AppKey("deps", Dependencies)
 SESSIONS = web.AppKey("sessions", weakref.WeakSet)
 PER_CLIENT = web.AppKey("per_client", Counter)
 MODEL = web.AppKey("model", dict)
+
+
+class V1Output:
+    """The session's events onto a `/ws` socket, serialized as protocol v1."""
+
+    def __init__(self, ws: web.WebSocketResponse) -> None:
+        self.ws = ws
+
+    async def send(self, item: events.Event) -> None:
+        data = serialize(item)
+        if isinstance(data, bytes):
+            await self.ws.send_bytes(data)
+        else:
+            await self.ws.send_str(data)
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> None:
+        await self.ws.close(code=code, message=message)
 
 
 def is_loopback(host: str) -> bool:
@@ -106,7 +125,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    session = Session(ws=ws, cfg=settings, channels=deps.channels, model=request.app[MODEL], health=deps.status)
+    session = Session(output=V1Output(ws), cfg=settings, channels=deps.channels, model=request.app[MODEL],
+                      health=deps.status)
     with logs.bound(session.id):
         try:
             async with registered(request, session):
