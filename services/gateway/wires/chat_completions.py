@@ -26,7 +26,8 @@ from services.gateway.wires.chat_request import ChatRequest, parse_chat_request
 from services.gateway.wires.openai_common import OpenAIError, new_id
 from services.gateway.wires.protocol import ProtocolError, decode_json
 from services.gateway.conversation.rate_limit import RateLimiter
-from services.gateway.wires.ws import DEPS, SETTINGS, check_caller
+from services.gateway.access import check_caller
+from services.gateway.app import DEPS, SETTINGS
 from sotto.v1 import llm_pb2, llm_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)

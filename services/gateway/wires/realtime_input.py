@@ -1,5 +1,6 @@
-"""A Realtime session's incoming audio: resampled from the client's rate to the vad's 16 kHz, and what the user
-added since the last answer (texts, images, audio), held for the next turn."""
+"""A Realtime session's input: each client event decoded and checked, incoming audio resampled from the client's
+rate to the vad's 16 kHz, and what the user added since the last answer (texts, images, audio), held for the next
+turn."""
 
 from __future__ import annotations
 
@@ -8,8 +9,23 @@ import soxr
 
 from services.common import audio
 from services.gateway.conversation.intake import SAMPLE_RATE_IN
-from services.gateway.wires.openai_common import OpenAIError
 from services.gateway.conversation.turn import TurnInput
+from services.gateway.wires.openai_common import OpenAIError
+from services.gateway.wires.protocol import ProtocolError, decode_json
+
+
+def decode_event(text: str, max_bytes: int) -> dict:
+    """A client event as a dict with a string `type`; raises OpenAIError naming what was wrong."""
+    if len(text.encode()) > max_bytes:
+        raise OpenAIError(f"event over the {max_bytes}-byte limit (SOTTO_GATEWAY_MAX_REQUEST_BYTES)",
+                          code="event_too_large")
+    try:
+        event = decode_json(text)  # the same safe decoding as /ws (depth, number size, lone surrogates)
+    except ProtocolError as exc:
+        raise OpenAIError(exc.message, code="invalid_json") from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise OpenAIError("an event must be a JSON object with a string 'type'", param="type")
+    return event
 
 
 class InputResampler:

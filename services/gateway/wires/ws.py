@@ -1,36 +1,24 @@
-"""The `/ws` endpoint: who may connect, and the read loop that feeds a Session.
+"""The `/ws` wire: protocol v1 (docs/protocol.md) onto the conversation core.
 
-Cross-site WebSocket hijacking is refused here: a browser always sends `Origin`, and only the gateway's own origin
-(plus any configured ones) may drive the assistant. Off loopback, a token is required as well.
+`V1Wire` parses what the client sends (JSON messages, binary frames) and calls the session's public methods;
+`V1Output` serializes what the session says. Only the handler task reads the socket.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hmac
-import ipaddress
 import logging
-import weakref
-from collections import Counter
-from collections.abc import AsyncIterator
-from urllib.parse import urlsplit
 
 from aiohttp import WSMsgType, web
 
-from services.common import config, logs
-from services.gateway import metrics
-from services.gateway.links.dependencies import Dependencies
+from services.common import logs
+from services.gateway.access import check_caller, check_session_room, registered
+from services.gateway.app import DEPS, MODELS, SETTINGS
 from services.gateway.conversation import events
 from services.gateway.conversation.session import Session
-from services.gateway.wires.protocol import serialize
+from services.gateway.wires.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
+                                             SessionStart, TypedText, parse_frame, parse_message, serialize)
 
 _LOGGER = logging.getLogger(__name__)
-
-SETTINGS = web.AppKey("settings", config.Settings)
-DEPS = web.AppKey("deps", Dependencies)
-SESSIONS = web.AppKey("sessions", weakref.WeakSet)
-PER_CLIENT = web.AppKey("per_client", Counter)
-MODEL = web.AppKey("model", dict)
 
 
 class V1Output:
@@ -50,68 +38,68 @@ class V1Output:
         await self.ws.close(code=code, message=message)
 
 
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+class V1Wire:
+    """One `/ws` client's messages, checked and handed to its session."""
 
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.gw = session.gw
+        self.start: SessionStart | None = None
 
-def origin_allowed(request: web.Request, gw: config.GatewayConfig) -> bool:
-    origin = request.headers.get("Origin")
-    if origin is None:
-        return True  # not a browser: nothing can be hijacked
-    allowed = {o.strip().rstrip("/") for o in gw.allowed_origins.split(",") if o.strip()}
-    if origin.rstrip("/") in allowed:
+    async def on_text(self, text: str) -> bool:
+        """Handle one JSON message; returns False when the session must close."""
+        session = self.session
+        if not session.admit():
+            return True
+        try:
+            msg = parse_message(text, self.gw.max_message_bytes, self.gw.max_text_chars)
+        except ProtocolError as exc:
+            if exc.code == "protocol" and self.start is not None:
+                # `protocol` means "the socket is closed now"; a second, bad session.start does not close it
+                session.error("bad_message", f"session.start was already received ({exc.message})")
+                return True
+            session.error(exc.code, exc.message)
+            return exc.code != "protocol"
+        if isinstance(msg, SessionStart):
+            if self.start is not None:
+                session.error("bad_message", "session.start was already received")
+                return True
+            self.start = msg
+            session.open(msg)
+            return True
+        if self.start is None:
+            session.error("protocol", "the first message must be session.start")
+            return False
+        if isinstance(msg, TypedText):
+            await session.typed_turn(msg.text)
+        elif isinstance(msg, Interrupt):
+            session.interrupt(msg.turn_id, msg.played_samples)
+        elif isinstance(msg, Playback):
+            session.playback(msg.turn_id, msg.played_samples)
+        elif isinstance(msg, AudioEnd):
+            session.end_of_speech(ask_verdict=self.start.turn_hold)
+        elif isinstance(msg, Ping):
+            session.pong()
         return True
-    parts = urlsplit(origin)
-    return parts.netloc == request.host and parts.scheme in ("http", "https")
 
-
-def presented_token(request: web.Request) -> str:
-    """`?token=` (the page), or `Authorization: Bearer` (OpenAI clients send their api_key that way)."""
-    auth = request.headers.get("Authorization", "")
-    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
-    return request.query.get("token", "") or bearer
-
-
-def check_caller(request: web.Request) -> None:
-    """Refuse another site's page, and off loopback anyone without the token (raises an HTTP error)."""
-    gw = request.app[SETTINGS].gateway
-    if not origin_allowed(request, gw):
-        _LOGGER.warning("refused_origin", extra={"origin": request.headers.get("Origin"), "path": request.path})
-        raise web.HTTPForbidden(text="cross-origin requests are refused")
-    if gw.token and not hmac.compare_digest(presented_token(request), gw.token):
-        raise web.HTTPUnauthorized(text="a valid ?token= (or Authorization: Bearer) is required")
-
-
-def check_session_room(request: web.Request) -> None:
-    """The gateway's and the client's session limits, before a socket is accepted."""
-    gw = request.app[SETTINGS].gateway
-    if len(request.app[SESSIONS]) >= gw.max_sessions:
-        raise web.HTTPServiceUnavailable(text=f"the gateway already has {gw.max_sessions} sessions open")
-    if request.app[PER_CLIENT][request.remote or "?"] >= gw.max_sessions_per_client:
-        raise web.HTTPTooManyRequests(text=f"at most {gw.max_sessions_per_client} sessions per client")
-
-
-@contextlib.asynccontextmanager
-async def registered(request: web.Request, session: Session) -> AsyncIterator[None]:
-    """Count the session against the limits and tell it of health changes while it lives; close it after."""
-    sessions, per_client, deps = request.app[SESSIONS], request.app[PER_CLIENT], request.app[DEPS]
-    client = request.remote or "?"
-    sessions.add(session)
-    per_client[client] += 1
-    metrics.SESSIONS.inc()
-    deps.listeners.append(session.on_health)
-    try:
-        yield
-    finally:
-        deps.listeners.remove(session.on_health)
-        sessions.discard(session)  # at once: a session in a reference cycle would count until the next GC
-        await session.close()
-        per_client[client] -= 1
-        metrics.SESSIONS.dec()
-        _LOGGER.info("session_closed", extra={"turns": session.turns})
+    async def on_binary(self, data: bytes) -> bool:
+        """Handle one binary frame; returns False when the session must close."""
+        session = self.session
+        if not session.admit():
+            return True
+        if self.start is None:
+            session.error("protocol", "the first message must be session.start, not media")
+            return False
+        try:
+            frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
+            if frame.kind == FrameKind.JPEG:
+                session.camera(frame)
+                return True
+        except ProtocolError as exc:
+            session.error(exc.code, exc.message)
+            return True
+        await session.audio(frame)
+        return True
 
 
 async def websocket(request: web.Request) -> web.StreamResponse:
@@ -125,17 +113,18 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    session = Session(output=V1Output(ws), cfg=settings, channels=deps.channels, model=request.app[MODEL],
+    session = Session(output=V1Output(ws), cfg=settings, channels=deps.channels, models=request.app[MODELS],
                       health=deps.status)
+    wire = V1Wire(session)
     with logs.bound(session.id):
         try:
             async with registered(request, session):
                 async for msg in ws:
                     if msg.type == WSMsgType.TEXT:
-                        if not await session.on_text(msg.data):
+                        if not await wire.on_text(msg.data):
                             break
                     elif msg.type == WSMsgType.BINARY:
-                        if not await session.on_binary(msg.data):
+                        if not await wire.on_binary(msg.data):
                             break
                     elif msg.type == WSMsgType.ERROR:
                         break
