@@ -150,10 +150,6 @@ class VadConfig:
     barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 160,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
-    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
-                                       "While an answer plays, the page counts speech toward a barge-in only "
-                                       "within this many dB of the user's own speech level (a fainter echo of the "
-                                       "answer does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)
@@ -171,8 +167,6 @@ class LlmConfig:
     vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto",
                                   "Vision encoder backend (auto: the main backend's).",
                                   choices=("auto", "cpu", "gpu"))
-    audio_backend: str = setting("SOTTO_LLM_AUDIO_BACKEND", "cpu", "Audio encoder backend (CPU-only by design).",
-                                 choices=("cpu",))
     threads: int = setting("SOTTO_LLM_THREADS", 0, "CPU threads (0: all cores).", lo=0, hi=256)
     context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).",
                                   lo=256, hi=131072)
@@ -288,6 +282,10 @@ class GatewayConfig:
         "for its first audio a due check waits one more interval, and a longer interval trades later reports "
         "for fewer wake-ups.",
         lo=100, hi=60000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
+                                       "While an answer plays, the page counts speech toward a barge-in only "
+                                       "within this many dB of the user's own speech level (a fainter echo of the "
+                                       "answer does not count); 0: no level test.", lo=0, hi=60)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

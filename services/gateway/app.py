@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from services.common import config
+from services.gateway.conversation.settings import SessionSettings
 from services.gateway.links.dependencies import Dependencies
 
 
@@ -66,3 +67,4 @@ DEPS = web.AppKey("deps", Dependencies)
 SESSIONS = web.AppKey("sessions", weakref.WeakSet)
 PER_CLIENT = web.AppKey("per_client", Counter)
 MODELS = web.AppKey("models", Catalogue)
+LIMITS = web.AppKey("limits", SessionSettings)  # the time limits in seconds, built once from SETTINGS

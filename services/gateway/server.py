@@ -19,7 +19,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common import config, hardware, logs
 from services.gateway.access import is_loopback
-from services.gateway.app import DEPS, MODELS, PER_CLIENT, SESSIONS, SETTINGS, Catalogue, LlmInfo
+from services.gateway.app import DEPS, LIMITS, MODELS, PER_CLIENT, SESSIONS, SETTINGS, Catalogue, LlmInfo
+from services.gateway.conversation.settings import SessionSettings
 from services.gateway.hosts import host_check
 from services.gateway.links.dependencies import Dependencies
 from services.gateway.wires import chat_completions as openai_chat
@@ -99,6 +100,7 @@ def create_app(settings: config.Settings) -> web.Application:
     hardware.register()
     app = web.Application(middlewares=[host_check(settings)])
     app[SETTINGS] = settings
+    app[LIMITS] = SessionSettings.of(gw)
     app[DEPS] = Dependencies(
         addresses={"vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
                    "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),

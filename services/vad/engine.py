@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from services.common import audio
 from services.vad.endpointing import (CaptureClock, Edge, Endpointer, EndReason, SpeechEvent, SpeechEventKind,
                                       VadSettings)
 from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
@@ -38,7 +39,7 @@ __all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventK
 
 # Samples per model window, and samples of the previous window the v5+ model expects
 # prepended to each one (silero-vad utils_vad.OnnxWrapper).
-WINDOW_SAMPLES = {16000: 512, 8000: 256}
+WINDOW_SAMPLES = audio.VAD_WINDOW_SAMPLES
 CONTEXT_SAMPLES = {16000: 64, 8000: 32}
 SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
 

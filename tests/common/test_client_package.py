@@ -5,6 +5,7 @@ an older runtime is upgraded at install time instead of failing at import."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -49,11 +50,16 @@ def test_the_grpcio_requirement_is_at_least_what_the_stubs_were_generated_with()
 def test_the_package_alone_installs_over_an_older_protobuf_and_its_stubs_and_client_import(tmp_path: Path) -> None:
     """A clean venv that already holds protobuf 6 (another tool's), then `pip install` of this package alone, with
     no extra (offline: pip reads the local package index): the stubs and the llm client import."""
+    source = tmp_path / "sotto"  # a copy: pip builds in the source tree, and the checkout stays as it was
+    source.mkdir()
+    shutil.copy(ROOT / "pyproject.toml", source)
+    for package in ("services", "sotto", "tools"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__", "vendor"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "protobuf==6.31.1"], check=True, capture_output=True)
-    subprocess.run([*pip, str(ROOT)], check=True, capture_output=True, cwd=tmp_path)
+    subprocess.run([*pip, str(source)], check=True, capture_output=True, cwd=tmp_path)
     probe = ("import google.protobuf as p; from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2_grpc; "
              "from services.llm import client; print(p.__version__, llm_pb2.DESCRIPTOR.package)")
     result = subprocess.run([str(venv / "bin/python"), "-c", probe], capture_output=True, text=True, cwd=tmp_path)

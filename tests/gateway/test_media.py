@@ -13,7 +13,7 @@ def _f(seq: int) -> Frame:
 
 
 def test_jitter_buffer_reorders_and_drops_late_and_duplicates() -> None:
-    jb = JitterBuffer(500)
+    jb = JitterBuffer(0.5)
     out = [f.sequence for f in jb.push(_f(0), now=0.0)]
     out += [f.sequence for f in jb.push(_f(2), now=0.01)]
     out += [f.sequence for f in jb.push(_f(1), now=0.02)]
@@ -24,7 +24,7 @@ def test_jitter_buffer_reorders_and_drops_late_and_duplicates() -> None:
 
 
 def test_jitter_buffer_gives_up_on_a_gap_after_the_max_wait() -> None:
-    jb = JitterBuffer(500)
+    jb = JitterBuffer(0.5)
     jb.push(_f(0), now=0.0)
     assert jb.push(_f(2), now=0.1) == []
     assert [f.sequence for f in jb.release(now=0.7)] == [2]

@@ -15,13 +15,13 @@ from services.gateway.wires.protocol import Frame, ProtocolError
 
 
 class JitterBuffer:
-    """Re-orders frames by sequence number, waiting at most `max_wait_ms` for a missing one.
+    """Re-orders frames by sequence number, waiting at most `max_wait_s` for a missing one.
 
     Late frames (sequence already released) and duplicates are dropped; `dropped` counts them by reason.
     """
 
-    def __init__(self, max_wait_ms: int) -> None:
-        self.max_wait_s = max_wait_ms / 1000.0
+    def __init__(self, max_wait_s: float) -> None:
+        self.max_wait_s = max_wait_s
         self.next_seq: int | None = None
         self.pending: dict[int, tuple[float, Frame]] = {}
         self.dropped = {"late": 0, "duplicate": 0}
@@ -40,7 +40,7 @@ class JitterBuffer:
         return self.release(now)
 
     def release(self, now: float | None = None) -> list[Frame]:
-        """In-order frames that are ready; skips a gap once the oldest waiting frame waited `max_wait_ms`."""
+        """In-order frames that are ready; skips a gap once the oldest waiting frame waited `max_wait_s`."""
         now = time.monotonic() if now is None else now
         out: list[Frame] = []
         while self.pending:

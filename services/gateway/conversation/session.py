@@ -25,9 +25,10 @@ from services.gateway import metrics
 from services.gateway.app import Catalogue
 from services.gateway.conversation import events
 from services.gateway.conversation.history import History
-from services.gateway.conversation.intake import MediaIntake
+from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake
 from services.gateway.conversation.playback import answer_playing
 from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.links.asr import Hearing, SpokenWords
 from services.gateway.links.vad import VadLink
@@ -62,14 +63,15 @@ class State(Enum):
 
 
 class Session:
-    def __init__(self, *, output: Output, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
-                 models: Catalogue, health: dict[str, str],
+    def __init__(self, *, output: Output, cfg: config.Settings, settings: SessionSettings,
+                 channels: dict[str, grpc.aio.Channel], models: Catalogue, health: dict[str, str],
                  on_utterance: Callable[[TurnInput], Awaitable[None]] | None = None) -> None:
         """`on_utterance`: what a spoken utterance the vad ended becomes (default: a turn, answered at once)."""
         self.id = uuid.uuid4().hex[:12]
         self.output = output
         self.cfg = cfg
         self.gw = cfg.gateway
+        self.settings = settings  # the time limits, in seconds, for every collaborator
         self.models = models  # what the gateway knows of the models now (read at each use: it is replaced)
         self.health = health  # the gateway's live view, shared: session.ready reports it as it is then
         self.llm = llm_pb2_grpc.LlmServiceStub(channels["llm"])
@@ -82,12 +84,12 @@ class Session:
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
-        self.intake = MediaIntake(gw=self.gw, name=f"session-{self.id}", to_vad=self._to_vad,
+        self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance)
         self.vad: VadLink | None = None
         self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]),
-                               request_timeout_s=self.gw.request_timeout_ms / 1000.0,
-                               turn_deadline_s=self.gw.turn_deadline_ms / 1000.0,
+                               request_timeout_s=self.settings.request_timeout_s,
+                               turn_deadline_s=self.settings.turn_deadline_s,
                                max_audio_s=self.gw.max_turn_audio_s)
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
@@ -207,7 +209,7 @@ class Session:
             self.intake.speech_started(origin + ev.start_sample)
             if self._text_only_model():
                 # The words will be the message: recognise them while the user speaks, pre-roll included.
-                first = origin + ev.start_sample - self.gw.preroll_ms * 16
+                first = origin + ev.start_sample - round(self.settings.preroll_s * SAMPLE_RATE_IN)
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.responding:
@@ -221,7 +223,7 @@ class Session:
             self.send(events.SpeechEnded(ts_ms=ev.end_ts_ms))
             turn_id = self.next_turn_id()
             words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
-                                streamed=self.hearing.finish(round(utterance.audio_ms * 16)),
+                                streamed=self.hearing.finish(round(utterance.audio_ms * SAMPLE_RATE_IN / 1000)),
                                 cascade=self._text_only_model(), model_name=self.models.current.llm_name,
                                 send=self.send)
             await self._on_utterance(TurnInput(
@@ -254,7 +256,7 @@ class Session:
         v = self.cfg.vad
         self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
-                           connect_timeout_s=self.gw.request_timeout_ms / 1000.0, batch_ms=self.gw.vad_batch_ms,
+                           connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,
                            batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance,
                            answer_playing=lambda: answer_playing(self.turn, time.monotonic()))
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
@@ -268,7 +270,7 @@ class Session:
             model=models.llm_fields(), limits=limits, health=dict(self.health),
             turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
                   "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                  "barge_in_level_db": v.barge_in_level_db}))
+                  "barge_in_level_db": self.gw.barge_in_level_db}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 
@@ -293,8 +295,8 @@ class Session:
         """What a turn is asked with, from the gateway's settings and session.start (a wire may adjust them)."""
         assert self.start is not None
         return TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
-                            language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
-                            deadline_s=self.gw.turn_deadline_ms / 1000.0, log_content=self.cfg.common.log_content)
+                            language=self.start.language, request_timeout_s=self.settings.request_timeout_s,
+                            deadline_s=self.settings.turn_deadline_s, log_content=self.cfg.common.log_content)
 
     async def _run_turn(self, turn: Turn) -> None:
         with logs.bound(self.id, turn.inp.turn_id):

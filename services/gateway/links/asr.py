@@ -24,12 +24,12 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from services.common import logs
+from services.common import audio, logs
 from services.gateway.conversation import events
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
-SAMPLE_RATE = 16000
+SAMPLE_RATE = audio.SPEECH_RATE
 _WAV_HEADER_BYTES = 44  # services.common.audio.wav_bytes writes the plain 44-byte header
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from services.common import audio
 from services.gateway.conversation import events
 
 PROTOCOL_VERSION = 1
@@ -80,7 +81,7 @@ def parse_frame(data: bytes, max_audio_bytes: int, max_jpeg_bytes: int) -> Frame
 @dataclass(frozen=True)
 class SessionStart:
     protocol: int
-    sample_rate: int = 16000
+    sample_rate: int = audio.SPEECH_RATE
     client_vad: bool = False
     voice: str = ""
     language: str = ""
@@ -122,7 +123,7 @@ MESSAGES: dict[str, type[ClientMessage]] = {"session.start": SessionStart, "audi
 _FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (bool, "a boolean")}
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "a boolean", type(None): "null"}
-ACCEPTED_SAMPLE_RATES = (16000,)
+ACCEPTED_SAMPLE_RATES = (audio.SPEECH_RATE,)
 # What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `audio.start` states the
 # rate of that turn's audio, which is what a client plays it at.
 SAMPLE_RATE_OUT = 24000

@@ -21,7 +21,8 @@ from aiohttp import WSMsgType, web
 
 from services.common import audio, config, logs
 from services.gateway.access import check_caller, check_session_room, registered
-from services.gateway.app import DEPS, MODELS, SETTINGS, Catalogue
+from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS, Catalogue
+from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.intake import SAMPLE_RATE_IN
 from services.gateway.conversation.session import Session, turn_taking
 from services.gateway.conversation.turn import TurnInput, TurnSettings
@@ -40,8 +41,8 @@ _UNSUPPORTED = {"conversation.item.delete": "items cannot be deleted here",
 
 
 class RealtimeSession:
-    def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
-                 models: Catalogue, health: dict[str, str]) -> None:
+    def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, limits: SessionSettings,
+                 channels: dict[str, grpc.aio.Channel], models: Catalogue, health: dict[str, str]) -> None:
         gw = self.gw = cfg.gateway
         self.cfg, self.models = cfg, models
         detection = TurnDetection(type="semantic_vad" if cfg.vad.semantic_turn else "server_vad",
@@ -50,8 +51,8 @@ class RealtimeSession:
                                      turn_detection=detection, gateway_detection=detection)
         self.conversation = Conversation(keep=max(16, 4 * gw.max_history_turns))
         self.wire = RealtimeWire(ws, self.conversation, self.session_object)
-        self.session = Session(output=self.wire, cfg=cfg, channels=channels, models=models, health=health,
-                               on_utterance=self._utterance)
+        self.session = Session(output=self.wire, cfg=cfg, settings=limits, channels=channels, models=models,
+                               health=health, on_utterance=self._utterance)
         self.wire.on_audio_sent = self._heard_so_far
         self.pending = PendingInput(gw.max_turn_audio_s)
         self.resampler = InputResampler(self.config.input_rate)
@@ -81,7 +82,7 @@ class RealtimeSession:
         if not self.models.current.voices and not self._voices:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 reply = await self.session.tts.ListVoices(tts_pb2.ListVoicesRequest(),
-                                                          timeout=self.gw.request_timeout_ms / 1000)
+                                                          timeout=self.session.settings.request_timeout_s)
                 self._voices = tuple(v.name for v in reply.voices)
         return list(self.models.current.voices or self._voices)
 
@@ -228,8 +229,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=2 * settings.gateway.max_request_bytes + 1024, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    realtime = RealtimeSession(ws=ws, cfg=settings, channels=deps.channels, models=request.app[MODELS],
-                               health=deps.status)
+    realtime = RealtimeSession(ws=ws, cfg=settings, limits=request.app[LIMITS], channels=deps.channels,
+                               models=request.app[MODELS], health=deps.status)
     with logs.bound(realtime.session.id):
         _LOGGER.info("realtime_session", extra={"model_query": request.query.get("model", "")})
         try:

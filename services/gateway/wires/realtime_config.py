@@ -11,11 +11,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from services.common import audio
 from services.gateway.wires.openai_common import OpenAIError
 from sotto.v1 import vad_pb2
 
 MAX_HOLD_MS = 10000  # the vad service's upper bound for max_turn_silence_ms
-INPUT_RATES = (24000, 16000)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
+INPUT_RATES = (24000, audio.SPEECH_RATE)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
 OUTPUT_RATE = 24000
 _IGNORED = {"model", "tracing", "truncation", "include", "reasoning", "parallel_tool_calls", "tool_choice", "id",
             "object", "expires_at", "prompt_cache_key"}

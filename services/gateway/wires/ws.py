@@ -12,7 +12,7 @@ from aiohttp import WSMsgType, web
 
 from services.common import logs
 from services.gateway.access import check_caller, check_session_room, registered
-from services.gateway.app import DEPS, MODELS, SETTINGS
+from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS
 from services.gateway.conversation import events
 from services.gateway.conversation.session import Session
 from services.gateway.wires.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
@@ -113,8 +113,8 @@ async def websocket(request: web.Request) -> web.StreamResponse:
     ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
     await ws.prepare(request)
     deps = request.app[DEPS]
-    session = Session(output=V1Output(ws), cfg=settings, channels=deps.channels, models=request.app[MODELS],
-                      health=deps.status)
+    session = Session(output=V1Output(ws), cfg=settings, settings=request.app[LIMITS], channels=deps.channels,
+                      models=request.app[MODELS], health=deps.status)
     wire = V1Wire(session)
     with logs.bound(session.id):
         try:
