@@ -19,6 +19,7 @@ import time
 import wave
 from pathlib import Path
 
+from services.common import config
 from services.llm import gpu, media
 from services.llm.context import ContextBudget
 from services.llm.conversations import ConversationCache, Turn, close_quietly, content
@@ -34,6 +35,8 @@ from services.llm.generation import (
 )
 from services.llm.memory import DEFAULT_KV_BYTES_PER_TOKEN, MemoryPlan, plan_memory
 from services.llm.native_log import stderr_tap
+
+_LLM, _COMMON = config.LlmConfig(), config.CommonConfig()  # the settings' defaults: written once
 
 __all__ = ["DEFAULT_CACHE_DIR", "EngineConfig", "Event", "FinishReason", "Finished", "GenerateRequest", "Generation",
            "LlmEngine", "ModelInfo", "Sampling", "TextDelta", "choose_backend"]
@@ -68,10 +71,10 @@ class EngineConfig:
     cpu_threads: int | None = None
     context_tokens: int | None = None  # None: the model's own maximum
     cache_dir: str = str(DEFAULT_CACHE_DIR)
-    max_sessions: int = 16
-    time_limit_s: float = 5.0
+    max_sessions: int = _LLM.max_sessions
+    time_limit_s: float = _LLM.max_inference_s
     media_limits: media.MediaLimits = media.MediaLimits()
-    memory_budget_fraction: float = 0.65
+    memory_budget_fraction: float = _COMMON.memory_budget
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
     model_name: str | None = None  # default: the file name without extension
 
