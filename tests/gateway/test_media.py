@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from services.gateway.conversation.inputs import MediaFrame
 from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, pick_keyframes
-from services.gateway.wires.protocol import Frame, FrameKind
 
 
-def _f(seq: int) -> Frame:
-    return Frame(FrameKind.AUDIO_IN, seq, float(seq), b"\x00\x00")
+def _f(seq: int) -> MediaFrame:
+    return MediaFrame(seq, float(seq), b"\x00\x00")
 
 
 def test_jitter_buffer_reorders_and_drops_late_and_duplicates() -> None:

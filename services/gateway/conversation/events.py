@@ -10,6 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `AudioStarted` states the
+# rate of that turn's audio, which is what a client plays it at.
+SAMPLE_RATE_OUT = 24000
+
 
 @dataclass(frozen=True, slots=True)
 class SessionReady:

@@ -17,7 +17,7 @@ from services.common import audio, config
 from services.gateway import metrics
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
-from services.gateway.wires.protocol import Frame
+from services.gateway.conversation.inputs import MediaFrame
 
 SAMPLE_RATE_IN = audio.SPEECH_RATE  # what the page and the vad speak; session.start's sample_rate says so
 _SAMPLES_PER_MS = SAMPLE_RATE_IN // 1000
@@ -54,13 +54,13 @@ class MediaIntake:
     def in_utterance(self) -> bool:
         return self.utterance_start is not None
 
-    def camera(self, frame: Frame) -> None:
-        """Keep a camera frame (checked first: raises ProtocolError) for the keyframes of the next utterance."""
+    def camera(self, frame: MediaFrame) -> None:
+        """Keep a camera frame (checked first: raises InputError) for the keyframes of the next utterance."""
         thumb = decode_jpeg(frame.payload, self._gw.max_image_pixels)
         self.frames.append(CameraFrame(frame.ts_ms, frame.payload, thumb))
         del self.frames[: -self._gw.max_frames_per_turn]
 
-    async def audio(self, frame: Frame) -> None:
+    async def audio(self, frame: MediaFrame) -> None:
         self._watch_wanted.set()
         before = dict(self.jitter.dropped)
         for ready in self.jitter.push(frame):

@@ -24,7 +24,9 @@ from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
 from services.gateway.conversation import events
+from services.gateway.conversation.events import SAMPLE_RATE_OUT
 from services.gateway.conversation.history import History
+from services.gateway.conversation.inputs import MediaFrame, Opening
 from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake
 from services.gateway.conversation.playback import answer_playing
 from services.gateway.conversation.rate_limit import RateLimiter
@@ -32,7 +34,6 @@ from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.links.asr import Hearing, SpokenWords
 from services.gateway.links.vad import VadLink
-from services.gateway.wires.protocol import SAMPLE_RATE_OUT, Frame, SessionStart
 from sotto.v1 import asr_pb2_grpc, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class Session:
         self.llm = llm_pb2_grpc.LlmServiceStub(channels["llm"])
         self.tts = tts_pb2_grpc.TtsServiceStub(channels["tts"])
         self.vad_stub = vad_pb2_grpc.VadServiceStub(channels["vad"])
-        self.start: SessionStart | None = None
+        self.start: Opening | None = None
         self.state = State.LISTENING
         self.history = History(self.gw.max_history_turns)
         self.turn: Turn | None = None
@@ -178,11 +179,11 @@ class Session:
         if self.vad is not None:
             await self.vad.reset()
 
-    def camera(self, frame: Frame) -> None:
-        """A camera frame for the next utterance's keyframes (raises ProtocolError for one that does not decode)."""
+    def camera(self, frame: MediaFrame) -> None:
+        """A camera frame for the next utterance's keyframes (raises InputError for one that does not decode)."""
         self.intake.camera(frame)
 
-    async def audio(self, frame: Frame) -> None:
+    async def audio(self, frame: MediaFrame) -> None:
         await self.intake.audio(frame)
 
     def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
@@ -251,7 +252,7 @@ class Session:
         self.turns += 1
         return f"{self.id}-{self.turns}"
 
-    def open(self, start: SessionStart) -> None:
+    def open(self, start: Opening) -> None:
         self.start = start
         v = self.cfg.vad
         self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,

@@ -18,6 +18,7 @@ import orjson
 
 from services.common import audio
 from services.gateway.conversation import events
+from services.gateway.conversation.inputs import InputError
 
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHId")  # kind, flags, reserved, sequence, timestamp ms
@@ -30,13 +31,8 @@ class FrameKind(IntEnum):
     AUDIO_OUT = 3
 
 
-class ProtocolError(ValueError):
+class ProtocolError(InputError):
     """A message the client got wrong; `code` is one of docs/protocol.md's error codes."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -124,9 +120,6 @@ _FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (b
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "a boolean", type(None): "null"}
 ACCEPTED_SAMPLE_RATES = (audio.SPEECH_RATE,)
-# What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `audio.start` states the
-# rate of that turn's audio, which is what a client plays it at.
-SAMPLE_RATE_OUT = 24000
 
 
 def decode_json(text: str | bytes) -> Any:

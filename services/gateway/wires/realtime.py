@@ -24,10 +24,10 @@ from services.gateway.access import check_caller, check_session_room, registered
 from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS, Catalogue
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.intake import SAMPLE_RATE_IN
+from services.gateway.conversation.inputs import MediaFrame, Opening
 from services.gateway.conversation.session import Session, turn_taking
 from services.gateway.conversation.turn import TurnInput, TurnSettings
 from services.gateway.wires.openai_common import OpenAIError, new_id, pcm16
-from services.gateway.wires.protocol import PROTOCOL_VERSION, Frame, FrameKind, SessionStart
 from services.gateway.wires.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides
 from services.gateway.wires.realtime_events import Conversation, Deferred, RealtimeWire, user_audio_item
 from services.gateway.wires.realtime_input import InputResampler, PendingInput, decode_event
@@ -69,7 +69,7 @@ class RealtimeSession:
             "response.cancel": self._response_cancel}
 
     def open(self) -> None:
-        self.session.open(SessionStart(protocol=PROTOCOL_VERSION, sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
+        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
         self._apply_vad_settings()
 
     def session_object(self) -> dict:
@@ -148,7 +148,7 @@ class RealtimeSession:
         step = self.gw.max_audio_frame_bytes - self.gw.max_audio_frame_bytes % 2
         for start in range(0, len(pcm), step):
             piece = pcm[start:start + step]
-            await self.session.audio(Frame(FrameKind.AUDIO_IN, self._seq, self._audio_ms, piece))
+            await self.session.audio(MediaFrame(self._seq, self._audio_ms, piece))
             self._seq += 1
             self._audio_ms += len(piece) / 2 / (SAMPLE_RATE_IN / 1000)
 

@@ -14,6 +14,7 @@ from services.common import logs
 from services.gateway.access import check_caller, check_session_room, registered
 from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS
 from services.gateway.conversation import events
+from services.gateway.conversation.inputs import InputError, MediaFrame, Opening
 from services.gateway.conversation.session import Session
 from services.gateway.wires.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                              SessionStart, TypedText, parse_frame, parse_message, serialize)
@@ -65,7 +66,8 @@ class V1Wire:
                 session.error("bad_message", "session.start was already received")
                 return True
             self.start = msg
-            session.open(msg)
+            session.open(Opening(sample_rate=msg.sample_rate, voice=msg.voice, language=msg.language,
+                                 client_vad=msg.client_vad, camera=msg.camera, turn_hold=msg.turn_hold))
             return True
         if self.start is None:
             session.error("protocol", "the first message must be session.start")
@@ -92,13 +94,14 @@ class V1Wire:
             return False
         try:
             frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
+            media = MediaFrame(frame.sequence, frame.ts_ms, frame.payload)
             if frame.kind == FrameKind.JPEG:
-                session.camera(frame)
+                session.camera(media)
                 return True
-        except ProtocolError as exc:
+        except InputError as exc:  # a bad frame (ProtocolError), or a camera frame refused
             session.error(exc.code, exc.message)
             return True
-        await session.audio(frame)
+        await session.audio(media)
         return True
 
 
