@@ -171,6 +171,11 @@ class Session:
         """The vad heard speech start and not yet its end."""
         return self.intake.in_utterance
 
+    def take_turns_with(self, settings: vad_pb2.VadSettings) -> None:
+        """How the vad detects turns from the next stream on (a wire's own turn detection, from `turn_taking`)."""
+        if self.vad is not None:
+            self.vad.settings = settings
+
     async def drop_speech(self) -> None:
         """Forget the utterance in progress and the vad's state for it (the client cleared its input, or changed
         how turns are detected): the next audio opens a fresh vad stream with the link's settings then."""

@@ -88,8 +88,8 @@ class RealtimeSession:
 
     def _apply_vad_settings(self) -> None:
         td = self.config.turn_detection
-        if td is not None and self.session.vad is not None:
-            self.session.vad.settings = td.vad_settings(turn_taking(self.cfg.vad))
+        if td is not None:
+            self.session.take_turns_with(td.vad_settings(turn_taking(self.cfg.vad)))
 
     def _heard_so_far(self, turn_id: str, samples: int) -> None:
         """What reached the client counts as heard (as OpenAI assumes) until a truncate says otherwise."""
