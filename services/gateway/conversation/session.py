@@ -64,6 +64,8 @@ class State(Enum):
 
 
 class Session:
+    """One conversation: its turns (one at a time), its history, its vad stream and asr link, and what it says."""
+
     def __init__(self, *, output: Output, cfg: config.Settings, settings: SessionSettings,
                  channels: dict[str, grpc.aio.Channel], models: Catalogue, health: dict[str, str],
                  on_utterance: Callable[[TurnInput], Awaitable[None]] | None = None) -> None:
