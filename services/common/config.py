@@ -260,12 +260,15 @@ class GatewayConfig:
     tts_addr: str = setting("SOTTO_TTS_ADDR", "", "tts service address (empty: SOTTO_HOST:SOTTO_TTS_PORT).")
     asr_addr: str = setting("SOTTO_ASR_ADDR", "", "asr service address (empty: SOTTO_HOST:SOTTO_ASR_PORT).")
     request_timeout_ms: int = setting("SOTTO_REQUEST_TIMEOUT_MS", 2000,
-                                      "Deadline for each stage's first response and for stalled input; an "
-                                      "utterance's words are waited for this plus the utterance's length, at most "
-                                      "SOTTO_TURN_DEADLINE_MS.",
+                                      "Deadline for each stage's first response and for stalled input.",
                                       lo=50, hi=600000)
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
+    words_wait_per_audio_s: float = setting(
+        "SOTTO_GATEWAY_WORDS_WAIT_PER_AUDIO_S", 4.0,
+        "An utterance's words are waited for SOTTO_REQUEST_TIMEOUT_MS plus this many seconds per second of its "
+        "audio, at most SOTTO_TURN_DEADLINE_MS: a recogniser slowed by a busy machine means later words (and, for a "
+        "model that takes text only, a later answer), not an error.", lo=0.1, hi=600)
     jitter_ms: int = setting("SOTTO_JITTER_BUFFER_MS", 500, "Longest wait to re-order audio frames.", lo=0, hi=5000)
     vad_batch_ms: int = setting(
         "SOTTO_GATEWAY_VAD_BATCH_MS", 160,

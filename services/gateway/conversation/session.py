@@ -90,9 +90,7 @@ class Session:
         self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance)
         self.vad: VadLink | None = None
-        self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]),
-                               request_timeout_s=self.settings.request_timeout_s,
-                               turn_deadline_s=self.settings.turn_deadline_s,
+        self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]), settings=self.settings,
                                max_audio_s=self.gw.max_turn_audio_s)
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)

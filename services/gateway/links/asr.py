@@ -10,8 +10,8 @@ Two ways in, chosen by what the model takes:
   first sentence for the CPU.
 
 Every call has a deadline and is cancelled explicitly when no longer wanted. The words of an utterance are waited for
-the request timeout plus the utterance's own length, at most the turn's deadline (`words_deadline_s`): a recogniser
-slowed by a busy machine means later words, not an error. A failure is reported once per outage (`outage_reason`),
+in proportion to its length, at most the turn's deadline (`SessionSettings.words_deadline_s`): a recogniser slowed by a
+busy machine means later words, not an error. A failure is reported once per outage (`outage_reason`),
 never per utterance.
 """
 
@@ -26,6 +26,7 @@ import grpc
 
 from services.common import audio, logs
 from services.gateway.conversation import events
+from services.gateway.conversation.settings import SessionSettings
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -125,18 +126,11 @@ class _UtteranceStream:
         self._queue.put_nowait(None)
 
 
-def words_deadline_s(audio_s: float, request_timeout_s: float, turn_deadline_s: float) -> float:
-    """How long the words of `audio_s` of speech are waited for: a recogniser's time grows with the audio, and a
-    slow one (a loaded machine) is worth waiting for up to the turn's own deadline."""
-    return min(turn_deadline_s, request_timeout_s + audio_s)
-
-
 class Hearing:
-    def __init__(self, *, stub: asr_pb2_grpc.AsrServiceStub, request_timeout_s: float, turn_deadline_s: float,
-                 max_audio_s: float) -> None:
+    def __init__(self, *, stub: asr_pb2_grpc.AsrServiceStub, settings: SessionSettings, max_audio_s: float) -> None:
         self._stub = stub
-        self._timeout_s = request_timeout_s
-        self._turn_deadline_s = turn_deadline_s
+        self._settings = settings
+        self._timeout_s = settings.request_timeout_s
         self._max_audio_s = max_audio_s
         self._stream: _UtteranceStream | None = None
         self._told = False  # an outage was reported; cleared by words that come or by the service coming back
@@ -174,7 +168,7 @@ class Hearing:
 
     # -- whole clips (models that hear the audio) -------------------------------------------------------------
     def _deadline_s(self, audio_s: float) -> float:
-        return words_deadline_s(audio_s, self._timeout_s, self._turn_deadline_s)
+        return self._settings.words_deadline_s(audio_s)
 
     def clip(self, wav: bytes) -> Words:
         deadline_s = self._deadline_s(max(0, len(wav) - _WAV_HEADER_BYTES) / 2 / SAMPLE_RATE)
