@@ -12,6 +12,9 @@ The clips are real recordings fetched by Debian package name (tools.eval.human_s
   speech to the decision (the audio that had to arrive plus the model's own time), p50/p95. Prompts that trail
   off ("To leave the conference...", "press 1 for"): false cut-offs, the share the turn ended on before a
   speaker pausing 0.6, 0.9 or 1.2 s would have gone on.
+- ttfa: complete prompts spoken in real time as the turns of one conversation through the real stack at the
+  product's defaults (`make up` offline: Piper speaks, all cores), once per LLM (`--llm-model`) with the first
+  Whisper model and once per further Whisper model with the first LLM: time to first audio and its stages.
 Results: bench/results/human-<time>.json; docs/performance.md summarises them.
 """
 
@@ -34,6 +37,7 @@ from services.vad.loading import default_settings, load_model
 from services.vad.smart_turn import SmartTurn, default_model_path
 from tools.bench.stats import commit, machine, summary
 from tools.eval import human_speech
+from tools.eval.cascade import SMOLLM2, run_turns
 from tools.eval.corpus import wer
 from tools.eval.turns import endpoint
 
@@ -116,6 +120,21 @@ def turn_taking(clips: list[human_speech.Clip]) -> dict:
     return report
 
 
+@dataclass
+class Spoken:
+    """What tools.eval.cascade.run_turns reads of a clip."""
+    speech: np.ndarray
+
+
+def spoken_turns(clips: list[human_speech.Clip], llm: Path, asr: Path, count: int) -> dict:
+    """`count` complete prompts of four to twelve words, evenly spread over the set, as one conversation."""
+    fit = [c for c in clips if c.label == "complete" and 4 <= len(c.transcript.split()) <= 12]
+    chosen = fit[:: max(1, len(fit) // count)][:count]
+    run = run_turns([Spoken(c.audio) for c in chosen], SOTTO_LLM_MODEL=str(llm), SOTTO_ASR_MODEL=str(asr),
+                    SOTTO_LLM_THREADS="0")
+    return {"llm": llm.name, "asr": str(asr), "said": [c.transcript for c in chosen], **run}
+
+
 def asr_models(explicit: list[Path] | None) -> list[Path]:
     if explicit:
         return explicit
@@ -126,15 +145,18 @@ def asr_models(explicit: list[Path] | None) -> list[Path]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="wer,turns", help="comma-separated, of wer, turns")
+    parser.add_argument("--parts", default="wer,turns,ttfa", help="comma-separated, of wer, turns, ttfa")
     parser.add_argument("--asr-model", type=Path, action="append",
                         help="a faster-whisper model folder (repeatable; default: the one the asr service loads)")
+    parser.add_argument("--llm-model", type=Path, action="append",
+                        help="a .litertlm for the ttfa part (repeatable; default: the offline SmolLM2)")
+    parser.add_argument("--turns", type=int, default=10, help="spoken turns per stack run (ttfa)")
     parser.add_argument("--cache", type=Path, default=human_speech.DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
     parts = [p for p in args.parts.split(",") if p]
-    if set(parts) - {"wer", "turns"}:
-        parser.error(f"unknown parts {sorted(set(parts) - {'wer', 'turns'})}; choose from wer, turns")
+    if set(parts) - {"wer", "turns", "ttfa"}:
+        parser.error(f"unknown parts {sorted(set(parts) - {'wer', 'turns', 'ttfa'})}; choose from wer, turns, ttfa")
     clips = human_speech.clips(args.cache)
     results: dict = {"machine": machine(), "commit": commit(),
                      "sources": [s.__dict__ for s in human_speech.SOURCES], "wer": []}
@@ -151,6 +173,13 @@ def main() -> None:
         print(f"turns: {len(utterances)} human utterances, with the turn model and with silence alone", flush=True)
         results["turns"] = turn_taking(utterances)
         path.write_text(json.dumps(results, indent=1))
+    if "ttfa" in parts:
+        llms, asrs = args.llm_model or [SMOLLM2], asr_models(args.asr_model)
+        results["ttfa"] = []
+        for llm, asr in [(m, asrs[0]) for m in llms] + [(llms[0], a) for a in asrs[1:]]:
+            print(f"ttfa: {llm.name} hearing through {asr}", flush=True)
+            results["ttfa"].append(spoken_turns(clips, llm, asr, args.turns))
+            path.write_text(json.dumps(results, indent=1))
     print_summary(results)
     print(f"saved {path}")
 
@@ -167,6 +196,10 @@ def print_summary(results: dict) -> None:
             print(f"turns {mode}: complete delay p50/p95 {s['complete_delay_ms']['p50']}/"
                   f"{s['complete_delay_ms']['p95']} ms (held to the long silence {s['complete_held_to_timeout']}/"
                   f"{turns['complete']}); false cut-offs of trailing prompts within {cuts}")
+    for run in results.get("ttfa", []):
+        stages = ", ".join(f"{k[:-3]} {v['p50']}/{v['p95']}" for k, v in run["stages"].items() if v["n"])
+        print(f"ttfa {run['llm']} + {Path(run['asr']).name}: {run['answered']}/{run['turns']} answered; "
+              f"p50/p95 ms: {stages}")
 
 
 if __name__ == "__main__":
