@@ -36,8 +36,10 @@ from services.vad.engine import EndReason, VadSettings
 from services.vad.loading import default_settings, load_model
 from services.vad.smart_turn import SmartTurn, default_model_path
 from tools.bench.stats import commit, machine, summary
+from tools.stack import model_dir
 from tools.eval import human_speech
-from tools.eval.cascade import SMOLLM2, run_turns
+from tools.eval.answers import default_models
+from tools.eval.cascade import run_turns
 from tools.eval.corpus import wer
 from tools.eval.turns import endpoint
 
@@ -136,20 +138,23 @@ def spoken_turns(clips: list[human_speech.Clip], llm: Path, asr: Path, count: in
 
 
 def asr_models(explicit: list[Path] | None) -> list[Path]:
+    """The folder the asr service would load offline, then the built candidates (`make eval-candidates`)."""
     if explicit:
         return explicit
     folder, _ = model_folder(config.load(config.AsrConfig, {**os.environ, "SOTTO_OFFLINE": "true"}),
                              config.load(config.CommonConfig, {**os.environ, "SOTTO_OFFLINE": "true"}))
-    return [folder]
+    return [folder, *sorted(p.parent for p in (model_dir() / "candidates").glob("asr-*/model.bin"))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default="wer,turns,ttfa", help="comma-separated, of wer, turns, ttfa")
     parser.add_argument("--asr-model", type=Path, action="append",
-                        help="a faster-whisper model folder (repeatable; default: the one the asr service loads)")
+                        help="a faster-whisper model folder (repeatable; default: the one the asr service loads "
+                             "offline, then the built candidates)")
     parser.add_argument("--llm-model", type=Path, action="append",
-                        help="a .litertlm for the ttfa part (repeatable; default: the offline SmolLM2)")
+                        help="a .litertlm for the ttfa part (repeatable; default: the offline SmolLM2, then the "
+                             "built candidates)")
     parser.add_argument("--turns", type=int, default=10, help="spoken turns per stack run (ttfa)")
     parser.add_argument("--cache", type=Path, default=human_speech.DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -174,7 +179,7 @@ def main() -> None:
         results["turns"] = turn_taking(utterances)
         path.write_text(json.dumps(results, indent=1))
     if "ttfa" in parts:
-        llms, asrs = args.llm_model or [SMOLLM2], asr_models(args.asr_model)
+        llms, asrs = args.llm_model or default_models(), asr_models(args.asr_model)
         results["ttfa"] = []
         for llm, asr in [(m, asrs[0]) for m in llms] + [(llms[0], a) for a in asrs[1:]]:
             print(f"ttfa: {llm.name} hearing through {asr}", flush=True)
