@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +132,10 @@ class Spoken:
 
 
 def spoken_turns(clips: list[human_speech.Clip], llm: Path, asr: Path, count: int) -> dict:
-    """`count` complete prompts of four to twelve words, evenly spread over the set, as one conversation."""
-    fit = [c for c in clips if c.label == "complete" and 4 <= len(c.transcript.split()) <= 12]
+    """`count` complete one-sentence prompts of four to twelve words, evenly spread over the set, as one
+    conversation (a prompt of two sentences is two turns to the endpointer, as it would be from a person)."""
+    fit = [c for c in clips if c.label == "complete" and 4 <= len(c.transcript.split()) <= 12
+           and not re.search(r"[.?!]\s", c.transcript.strip().lstrip("."))]
     chosen = fit[:: max(1, len(fit) // count)][:count]
     run = run_turns([Spoken(c.audio) for c in chosen], SOTTO_LLM_MODEL=str(llm), SOTTO_ASR_MODEL=str(asr),
                     SOTTO_LLM_THREADS="0")
