@@ -160,6 +160,7 @@ def main() -> None:
     parser.add_argument("--llm-model", type=Path, action="append",
                         help="a .litertlm for the ttfa part (repeatable; default: the offline SmolLM2, then the "
                              "built candidates)")
+    parser.add_argument("--max-clips", type=int, default=0, help="WER on at most this many clips (0: all)")
     parser.add_argument("--turns", type=int, default=10, help="spoken turns per stack run (ttfa)")
     parser.add_argument("--cache", type=Path, default=human_speech.DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -176,6 +177,10 @@ def main() -> None:
         # Longer prompts (menus up to 73 s) are over what the asr service accepts in one utterance.
         limit = config.load(config.AsrConfig).max_audio_s
         spoken = [c for c in clips if len(c.transcript.split()) >= 2 and c.seconds <= limit]
+        if args.max_clips and len(spoken) > args.max_clips:  # every read sentence, the prompts evenly spread
+            read = [c for c in spoken if not c.id.startswith("asterisk/")]
+            prompts, room = [c for c in spoken if c.id.startswith("asterisk/")], max(0, args.max_clips - len(read))
+            spoken = read + [prompts[i * len(prompts) // room] for i in range(min(room, len(prompts)))]
         for folder in asr_models(args.asr_model):
             print(f"wer: {folder} on {len(spoken)} human clips", flush=True)
             results["wer"].append(hearing(spoken, folder))
