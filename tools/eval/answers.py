@@ -34,11 +34,11 @@ SEED = 37
 
 
 @contextlib.contextmanager
-def llm_service(model: Path, log: Path) -> Iterator[tuple[str, int]]:
+def llm_service(model: Path, log: Path, **extra: str) -> Iterator[tuple[str, int]]:
     """`python -m services.llm.server` with `model` on free ports, SERVING; yields (address, pid)."""
     port = free_port()
     env = {**os.environ, "SOTTO_LLM_PORT": str(port), "SOTTO_LLM_METRICS_PORT": str(free_port()),
-           "SOTTO_LLM_MODEL": str(model), "SOTTO_OFFLINE": "true"}
+           "SOTTO_LLM_MODEL": str(model), "SOTTO_OFFLINE": "true", **extra}
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "services.llm.server"], cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
@@ -91,18 +91,22 @@ def ask_conversation(stub: llm_pb2_grpc.LlmServiceStub, conversation: Conversati
             "ttft_ms": round(timings.time_to_first_token_ms, 1) if timings else None,
             "decode_tokens_per_s": round(timings.decode_tokens_per_s, 1) if timings else None,
             "decode_tokens": timings.decode_tokens if timings else None,
+            "finish": llm_pb2.FinishReason.Name(done.finish_reason).lower() if done is not None else None,
         })
         mark = {True: "ok ", False: "NO ", None: "   "}[rows[-1]["correct"]]
         print(f"  {mark} {turn.ask!r} -> {answer!r}", flush=True)
     return rows
 
 
-def evaluate(model: Path, workdir: Path) -> dict:
+def evaluate(model: Path, workdir: Path, max_inference_s: float | None = None) -> dict:
+    """Every conversation against `model`; `max_inference_s` overrides the service's time limit per reply (the
+    product's is SOTTO_LLM_MAX_INFERENCE_S), so a slow model's answers can be judged apart from its speed."""
     system = config.load(config.GatewayConfig).system_prompt
     llm = config.load(config.LlmConfig)
     rows: list[dict] = []
     started = time.monotonic()
-    with llm_service(model, workdir / f"llm-{model.stem}.log") as (address, pid):
+    extra = {} if max_inference_s is None else {"SOTTO_LLM_MAX_INFERENCE_S": str(max_inference_s)}
+    with llm_service(model, workdir / f"llm-{model.stem}.log", **extra) as (address, pid):
         with grpc.insecure_channel(address) as channel:
             stub = llm_pb2_grpc.LlmServiceStub(channel)
             for number, conversation in enumerate(CONVERSATIONS):
@@ -115,6 +119,8 @@ def evaluate(model: Path, workdir: Path) -> dict:
         by_category[category] = {"correct": sum(r["correct"] for r in mine), "of": len(mine)}
     return {
         "model": model.name, "bytes": model.stat().st_size, "peak_rss_mb": peak,
+        "max_inference_s": max_inference_s or llm.max_inference_s,
+        "degraded": sum(r["finish"] == "degraded" for r in rows),
         "sampling": {"temperature": llm.temperature, "top_p": llm.top_p, "top_k": llm.top_k,
                      "max_new_tokens": llm.max_new_tokens, "seed": SEED},
         "accuracy": round(sum(r["correct"] for r in scored) / len(scored), 3),
@@ -138,6 +144,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, action="append",
                         help="a .litertlm to score (repeatable; default: the offline SmolLM2 and built candidates)")
+    parser.add_argument("--max-inference-s", type=float, default=None,
+                        help="the llm's time limit per reply (default: the product's SOTTO_LLM_MAX_INFERENCE_S); "
+                             "raise it to judge a slow model's answers apart from its speed")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
     models = args.model or default_models()
@@ -152,13 +161,14 @@ def main() -> None:
     workdir = Path(os.environ.get("TMPDIR", "/tmp"))
     for model in models:
         print(f"answers: {model.name}", flush=True)
-        results["models"].append(evaluate(model, workdir))
+        results["models"].append(evaluate(model, workdir, args.max_inference_s))
         path.write_text(json.dumps(results, indent=1))
     for m in results["models"]:
         cats = ", ".join(f"{k} {v['correct']}/{v['of']}" for k, v in m["by_category"].items())
         print(f"{m['model']}: {m['correct']}/{m['scored']} correct ({m['accuracy']:.0%}; {cats}); first token "
               f"p50/p95 {m['ttft_ms']['p50']}/{m['ttft_ms']['p95']} ms; decode p50 "
-              f"{m['decode_tokens_per_s']['p50']} tok/s; peak RSS {m['peak_rss_mb']} MB; {m['bytes'] / 1e6:.0f} MB")
+              f"{m['decode_tokens_per_s']['p50']} tok/s; peak RSS {m['peak_rss_mb']} MB; {m['bytes'] / 1e6:.0f} MB; "
+              f"{m['degraded']} replies cut at the {m['max_inference_s']:g} s limit")
     print(f"saved {path}")
 
 
