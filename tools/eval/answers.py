@@ -131,6 +131,23 @@ def evaluate(model: Path, workdir: Path, max_inference_s: float | None = None) -
     }
 
 
+def rescore(path: Path) -> dict:
+    """Judge a saved run's answers again by the current rules (after a rule is corrected), in place."""
+    results = json.loads(path.read_text())
+    turns = {t.ask: t for c in CONVERSATIONS for t in c.turns}
+    for m in results["models"]:
+        scored = [r for r in m["rows"] if r["scored"]]
+        for row in scored:
+            row["correct"] = correct(row["answer"], turns[row["ask"]])
+        m["correct"] = sum(r["correct"] for r in scored)
+        m["accuracy"] = round(m["correct"] / len(scored), 3)
+        m["by_category"] = {c: {"correct": sum(r["correct"] for r in scored if r["category"] == c),
+                                "of": sum(r["category"] == c for r in scored)}
+                            for c in dict.fromkeys(r["category"] for r in scored)}
+    path.write_text(json.dumps(results, indent=1))
+    return results
+
+
 def default_models() -> list[Path]:
     """The offline default and the candidates the kit can build, where they have been built."""
     from services.llm.loading import OFFLINE_MODEL
@@ -148,7 +165,11 @@ def main() -> None:
                         help="the llm's time limit per reply (default: the product's SOTTO_LLM_MAX_INFERENCE_S); "
                              "raise it to judge a slow model's answers apart from its speed")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--rescore", type=Path, help="judge a saved answers-*.json again by the current rules")
     args = parser.parse_args()
+    if args.rescore:
+        print_summary(rescore(args.rescore))
+        return
     models = args.model or default_models()
     if not models:
         parser.error("no model to score: `make models-offline` builds the offline SmolLM2")
@@ -163,13 +184,17 @@ def main() -> None:
         print(f"answers: {model.name}", flush=True)
         results["models"].append(evaluate(model, workdir, args.max_inference_s))
         path.write_text(json.dumps(results, indent=1))
+    print_summary(results)
+    print(f"saved {path}")
+
+
+def print_summary(results: dict) -> None:
     for m in results["models"]:
         cats = ", ".join(f"{k} {v['correct']}/{v['of']}" for k, v in m["by_category"].items())
         print(f"{m['model']}: {m['correct']}/{m['scored']} correct ({m['accuracy']:.0%}; {cats}); first token "
               f"p50/p95 {m['ttft_ms']['p50']}/{m['ttft_ms']['p95']} ms; decode p50 "
               f"{m['decode_tokens_per_s']['p50']} tok/s; peak RSS {m['peak_rss_mb']} MB; {m['bytes'] / 1e6:.0f} MB; "
-              f"{m['degraded']} replies cut at the {m['max_inference_s']:g} s limit")
-    print(f"saved {path}")
+              f"{m.get('degraded', '?')} replies cut at the {m.get('max_inference_s', 5):g} s limit")
 
 
 if __name__ == "__main__":
