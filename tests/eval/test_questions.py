@@ -39,6 +39,7 @@ def test_the_set_covers_what_an_assistant_is_asked():
     ("What is the chemical symbol for gold?", "Its symbol is Au.", True),
     ("What is the chemical symbol for gold?", "Gold is a precious metal.", False),
     ("Spell the word dog.", "D-O-G.", True),
+    ("Spell the word dog.", 'The word dog is spelled "Dog."', False),
     ("How many minutes are there in an hour?", "There are 60 minutes in an hour.", True),
     ("How many minutes are there in an hour?", "It can be expressed as 30/60 = 1", False),
     ("What is an island?", "An island is land surrounded by water.", True),

@@ -73,7 +73,7 @@ CONVERSATIONS: tuple[Conversation, ...] = (
     _one("request", "Name three colours.", _COLOURS, need=3),
     _one("request", "Give me a word that rhymes with cat.", r"\b(hat|bat|mat|rat|sat|fat|pat|flat|chat|that|vat|brat)\b"),
     _one("request", "Count from one to five.", r"(1|one)\W+(2|two)\W+(3|three)\W+(4|four)\W+(5|five)"),
-    _one("request", "Spell the word dog.", r"\bd\W{0,3}o\W{0,3}g\b"),
+    _one("request", "Spell the word dog.", r"\bd\W{1,3}o\W{1,3}g\b"),
     Conversation("follow-up", (Turn("My name is Anna.", None), Turn("What is my name?", r"\banna\b"))),
     Conversation("follow-up", (Turn("What is the capital of Germany?", r"\bberlin\b"),
                                Turn("And what about Spain?", r"\bmadrid\b"))),
