@@ -131,15 +131,15 @@ class Spoken:
     speech: np.ndarray
 
 
-def spoken_turns(clips: list[human_speech.Clip], llm: Path, asr: Path, count: int) -> dict:
+def spoken_turns(clips: list[human_speech.Clip], llm: Path, asr: Path, count: int, env: dict[str, str]) -> dict:
     """`count` complete one-sentence prompts of four to twelve words, evenly spread over the set, as one
     conversation (a prompt of two sentences is two turns to the endpointer, as it would be from a person)."""
     fit = [c for c in clips if c.label == "complete" and 4 <= len(c.transcript.split()) <= 12
            and not re.search(r"[.?!]\s", c.transcript.strip().lstrip("."))]
     chosen = fit[:: max(1, len(fit) // count)][:count]
     run = run_turns([Spoken(c.audio) for c in chosen], SOTTO_LLM_MODEL=str(llm), SOTTO_ASR_MODEL=str(asr),
-                    SOTTO_LLM_THREADS="0")
-    return {"llm": llm.name, "asr": str(asr), "said": [c.transcript for c in chosen], **run}
+                    SOTTO_LLM_THREADS="0", **env)
+    return {"llm": llm.name, "asr": str(asr), "not_default": env, "said": [c.transcript for c in chosen], **run}
 
 
 def asr_models(explicit: list[Path] | None) -> list[Path]:
@@ -162,6 +162,8 @@ def main() -> None:
                              "built candidates)")
     parser.add_argument("--max-clips", type=int, default=0, help="WER on at most this many clips (0: all)")
     parser.add_argument("--turns", type=int, default=10, help="spoken turns per stack run (ttfa)")
+    parser.add_argument("--env", action="append", default=[], metavar="SOTTO_X=V",
+                        help="a setting away from the defaults for the ttfa stacks (repeatable; reported with them)")
     parser.add_argument("--cache", type=Path, default=human_speech.DEFAULT_CACHE)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
@@ -195,7 +197,8 @@ def main() -> None:
         results["ttfa"] = []
         for llm, asr in [(m, asrs[0]) for m in llms] + [(llms[0], a) for a in asrs[1:]]:
             print(f"ttfa: {llm.name} hearing through {asr}", flush=True)
-            results["ttfa"].append(spoken_turns(clips, llm, asr, args.turns))
+            env = dict(item.split("=", 1) for item in args.env)
+            results["ttfa"].append(spoken_turns(clips, llm, asr, args.turns, env))
             path.write_text(json.dumps(results, indent=1))
     print_summary(results)
     print(f"saved {path}")
@@ -215,7 +218,8 @@ def print_summary(results: dict) -> None:
                   f"{turns['complete']}); false cut-offs of trailing prompts within {cuts}")
     for run in results.get("ttfa", []):
         stages = ", ".join(f"{k[:-3]} {v['p50']}/{v['p95']}" for k, v in run["stages"].items() if v["n"])
-        print(f"ttfa {run['llm']} + {Path(run['asr']).name}: {run['answered']}/{run['turns']} answered; "
+        print(f"ttfa {run['llm']} + {Path(run['asr']).name} {run['not_default'] or 'at the defaults'}: "
+              f"{run['answered']}/{run['turns']} answered; "
               f"p50/p95 ms: {stages}")
 
 
