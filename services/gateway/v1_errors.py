@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from services.gateway.openai_common import OpenAIError
+from services.gateway.wires.openai_common import OpenAIError
 
 _LOGGER = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -8,7 +8,7 @@ import time
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.gateway.dependencies import PROTO_NAMES, Dependencies
+from services.gateway.links.dependencies import PROTO_NAMES, Dependencies
 from tests.helpers import eventually
 
 POLL_S = 0.2

@@ -1,10 +1,10 @@
-"""The Realtime socket as a Session sees it: what the session sends in protocol v1 leaves as OpenAI Realtime events.
+"""The conversation's events as OpenAI Realtime events: the `/v1/realtime` wire's serializer.
 
-`RealtimeWire` stands where `Session` expects its WebSocket, so the Realtime endpoint runs the very same session
-and turn pipeline as `/ws`: its writer task calls `send_str` / `send_bytes` here, in order, after dropping the
-audio of an interrupted turn, and each v1 event becomes its OpenAI counterparts (`turn.started` ->
-`response.created`, ...). Events the Realtime session makes itself arrive as dicts, already in OpenAI's shape.
-`Conversation` holds the items as the client knows them, for retrieve and truncate.
+`RealtimeWire` is the session's output, so the Realtime endpoint runs the very same session and turn pipeline as
+`/ws`: the session's writer task hands it each typed event in order (after dropping the audio of an interrupted
+turn), and each becomes its OpenAI counterparts (`TurnStarted` -> `response.created`, ...). Events the Realtime
+endpoint makes itself arrive as dicts, already in OpenAI's shape, or as `Deferred`. `Conversation` holds the items
+as the client knows them, for retrieve and truncate.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import numpy as np
 import soxr
 from aiohttp import web
 
-from services.gateway.openai_common import new_id
-from services.gateway.protocol import HEADER_BYTES
-from services.gateway.realtime_config import OUTPUT_RATE
+from services.gateway.wires.openai_common import new_id
+from services.gateway.conversation import events
+from services.gateway.wires.realtime_config import OUTPUT_RATE
 
 # protocol v1 error codes -> OpenAI error types
 _ERROR_TYPES = {"timeout": "server_error", "unavailable": "server_error", "internal": "server_error",
@@ -102,24 +102,20 @@ class RealtimeWire:
         self._events += 1
         await self.ws.send_str(json.dumps({"event_id": f"event_{self._events}", **event}, ensure_ascii=False))
 
-    async def send_str(self, data: str | dict | Deferred) -> None:
-        if isinstance(data, Deferred):
-            await data.make()
-            return
-        if isinstance(data, dict):
-            await self.emit(data)
-            return
-        event = json.loads(data)
-        translate = getattr(self, "_on_" + event["type"].replace(".", "_"), None)
-        if translate is not None:  # `health` and `pong` have no OpenAI counterpart
-            await translate(event)
+    async def send(self, item: events.Event | dict | Deferred) -> None:
+        if isinstance(item, Deferred):
+            await item.make()
+        elif isinstance(item, dict):
+            await self.emit(item)
+        elif (translate := self._translations.get(type(item))) is not None:
+            await translate(self, item)
 
-    async def send_bytes(self, frame: bytes) -> None:
-        """An audio-out frame of the current response: its PCM, at 24 kHz, as an output_audio.delta."""
+    async def _on_audio_chunk(self, chunk: events.AudioChunk) -> None:
+        """Audio of the current response, at 24 kHz, as an output_audio.delta."""
         r = self._response
         if r is None:
             return
-        pcm = frame[HEADER_BYTES:]
+        pcm = chunk.pcm16
         r.samples += len(pcm) // 2
         self.audio_sent = {r.turn_id: (r.rate, r.samples)}
         if r.resampler is not None:
@@ -128,18 +124,18 @@ class RealtimeWire:
         self.on_audio_sent(r.turn_id, r.samples)
 
     # -- protocol v1 -> OpenAI -------------------------------------------------------------------------------
-    async def _on_session_ready(self, _: dict) -> None:
+    async def _on_session_ready(self, _: events.SessionReady) -> None:
         await self.emit({"type": "session.created", "session": self.session_object()})
 
-    async def _on_speech_started(self, event: dict) -> None:
+    async def _on_speech_started(self, event: events.SpeechStarted) -> None:
         self._speech_item = new_id("item")
-        await self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": int(event["ts_ms"]),
+        await self.emit({"type": "input_audio_buffer.speech_started", "audio_start_ms": int(event.ts_ms),
                          "item_id": self._speech_item})
 
-    async def _on_speech_ended(self, event: dict) -> None:
+    async def _on_speech_ended(self, event: events.SpeechEnded) -> None:
         item_id = self._speech_item or new_id("item")
         self._speech_item = None
-        await self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": int(event["ts_ms"]),
+        await self.emit({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": int(event.ts_ms),
                          "item_id": item_id})
         await self.committed(user_audio_item(item_id))
 
@@ -154,9 +150,9 @@ class RealtimeWire:
         await self.emit({"type": "conversation.item.added", "item": item, "previous_item_id": previous})
         await self.emit({"type": "conversation.item.done", "item": item, "previous_item_id": previous})
 
-    async def _on_turn_started(self, event: dict) -> None:
-        turn_id = event["turn_id"]
-        if event.get("source") == "speech" and self._unanswered_audio:
+    async def _on_turn_started(self, event: events.TurnStarted) -> None:
+        turn_id = event.turn_id
+        if event.source == "speech" and self._unanswered_audio:
             self._audio_item_of[turn_id] = self._unanswered_audio.popleft()
         r = self._response = _Response(id=f"resp_{turn_id}", item_id=f"item_{turn_id}", turn_id=turn_id)
         item = {"id": r.item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
@@ -169,26 +165,26 @@ class RealtimeWire:
         await self.emit({"type": "conversation.item.added", "item": item, "previous_item_id": previous})
         await self.emit(self._part(r, "response.content_part.added", part={"type": "audio", "transcript": ""}))
 
-    async def _on_transcript(self, event: dict) -> None:
+    async def _on_transcript(self, event: events.Transcript) -> None:
         """The asr service's words for a spoken turn: the user audio item's transcript (none when it is down)."""
-        item_id = self._audio_item_of.pop(event["turn_id"], None)
-        if item_id is None or event.get("text") is None:
+        item_id = self._audio_item_of.pop(event.turn_id, None)
+        if item_id is None or event.text is None:
             return
         if (item := self.conversation.get(item_id)) is not None:
-            item["content"][0]["transcript"] = event["text"]
+            item["content"][0]["transcript"] = event.text
         await self.emit({"type": "conversation.item.input_audio_transcription.completed", "item_id": item_id,
-                         "content_index": 0, "transcript": event["text"]})
+                         "content_index": 0, "transcript": event.text})
 
-    async def _on_text_delta(self, event: dict) -> None:
+    async def _on_text_delta(self, event: events.TextDelta) -> None:
         if (r := self._response) is not None:
-            await self.emit(self._part(r, "response.output_audio_transcript.delta", delta=event["text"]))
+            await self.emit(self._part(r, "response.output_audio_transcript.delta", delta=event.text))
 
-    async def _on_audio_start(self, event: dict) -> None:
-        if (r := self._response) is not None and event["sample_rate"] != OUTPUT_RATE:
-            r.rate = event["sample_rate"]
+    async def _on_audio_start(self, event: events.AudioStarted) -> None:
+        if (r := self._response) is not None and event.sample_rate != OUTPUT_RATE:
+            r.rate = event.sample_rate
             r.resampler = soxr.ResampleStream(r.rate, OUTPUT_RATE, 1, dtype="int16")
 
-    async def _on_audio_done(self, _: dict) -> None:
+    async def _on_audio_done(self, _: events.AudioDone) -> None:
         if (r := self._response) is not None:
             await self._audio_done(r)
 
@@ -200,24 +196,24 @@ class RealtimeWire:
         r.audio_done = True
         await self.emit(self._part(r, "response.output_audio.done"))
 
-    async def _on_busy(self, event: dict) -> None:
+    async def _on_busy(self, event: events.Busy) -> None:
         if (r := self._response) is not None:
-            r.failure = {"type": "rate_limit_error", "code": "model_busy", "message": event["message"]}
+            r.failure = {"type": "rate_limit_error", "code": "model_busy", "message": event.message}
 
-    async def _on_error(self, event: dict) -> None:
-        kind = _ERROR_TYPES.get(event["code"], "invalid_request_error")
+    async def _on_error(self, event: events.Error) -> None:
+        kind = _ERROR_TYPES.get(event.code, "invalid_request_error")
         r = self._response
-        if r is not None and event.get("turn_id") == r.turn_id:
-            r.failure = {"type": kind, "code": event["code"], "message": event["message"]}
-        await self.emit({"type": "error", "error": {"type": kind, "code": event["code"], "message": event["message"],
+        if r is not None and event.turn_id == r.turn_id:
+            r.failure = {"type": kind, "code": event.code, "message": event.message}
+        await self.emit({"type": "error", "error": {"type": kind, "code": event.code, "message": event.message,
                                                     "param": None, "event_id": None}})
 
-    async def _on_turn_done(self, event: dict) -> None:
+    async def _on_turn_done(self, event: events.TurnDone) -> None:
         r = self._response
-        if r is None or event["turn_id"] != r.turn_id:
+        if r is None or event.turn_id != r.turn_id:
             return
         self._response = None
-        transcript = event["heard_text"] if event["interrupted"] else event["text"]
+        transcript = event.heard_text if event.interrupted else event.text
         if not r.audio_done:
             await self._audio_done(r)
         await self.emit(self._part(r, "response.output_audio_transcript.done", transcript=transcript))
@@ -229,17 +225,17 @@ class RealtimeWire:
                     content=[{"type": "output_audio", "transcript": transcript}])
         await self.emit({"type": "response.output_item.done", "response_id": r.id, "output_index": 0, "item": item})
         await self.emit({"type": "conversation.item.done", "item": item})
-        timings = event.get("timings", {})
+        timings = event.timings
         prefill, decode = int(timings.get("llm_prefill_tokens", 0)), int(timings.get("llm_decode_tokens", 0))
         response = self._response_object(r, status, [item], details)
         response["usage"] = {"total_tokens": prefill + decode, "input_tokens": prefill, "output_tokens": decode}
         await self.emit({"type": "response.done", "response": response})
 
-    def _status(self, r: _Response, event: dict) -> tuple[str, dict | None]:
-        finish = event["finish_reason"]
+    def _status(self, r: _Response, event: events.TurnDone) -> tuple[str, dict | None]:
+        finish = event.finish_reason
         if r.failure is not None or finish in ("busy", "error"):
             return "failed", {"type": "failed", "error": r.failure}
-        if event["interrupted"]:
+        if event.interrupted:
             reason = "client_cancelled" if r.turn_id in self.cancelled_turns else "turn_detected"
             self.cancelled_turns.discard(r.turn_id)
             return "cancelled", {"type": "cancelled", "reason": reason}
@@ -259,3 +255,11 @@ class RealtimeWire:
     def _part(r: _Response, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0,
                 **fields}
+
+    # Each conversation event's translation (`Health` and `Pong` have none).
+    _translations: dict[type, Callable[[RealtimeWire, Any], Awaitable[None]]] = {
+        events.SessionReady: _on_session_ready, events.SpeechStarted: _on_speech_started,
+        events.SpeechEnded: _on_speech_ended, events.TurnStarted: _on_turn_started, events.Transcript: _on_transcript,
+        events.TextDelta: _on_text_delta, events.AudioStarted: _on_audio_start, events.AudioChunk: _on_audio_chunk,
+        events.AudioDone: _on_audio_done, events.Busy: _on_busy, events.Error: _on_error,
+        events.TurnDone: _on_turn_done}

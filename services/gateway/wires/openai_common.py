@@ -11,8 +11,8 @@ import binascii
 import uuid
 from typing import Any
 
-from services.gateway.media import check_image
-from services.gateway.protocol import ProtocolError
+from services.gateway.conversation.inputs import InputError
+from services.gateway.conversation.media import check_image
 
 IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}  # what the llm service decodes, as Pillow names them
 MAX_TOKENS = 2**32 - 1  # the range of the llm's max_new_tokens (a uint32 in sotto.v1)
@@ -76,7 +76,7 @@ def image_from_url(url: Any, max_bytes: int, max_pixels: int, param: str) -> tup
     data = decode_base64(payload, param)
     try:
         found = check_image(data, max_pixels)
-    except ProtocolError as exc:
+    except InputError as exc:
         code = "image_too_large" if exc.code == "too_large" else "invalid_image"
         raise OpenAIError(f"'{param}': {exc.message}", param=param, code=code) from None
     if found != IMAGE_TYPES[mime]:

@@ -8,7 +8,7 @@ margin for the client's buffers) has passed since it began.
 
 from __future__ import annotations
 
-from services.gateway.turn import Turn
+from services.gateway.conversation.turn import Turn
 
 # Audio queued in the client's player and the network ahead of it, beyond the answer's own length.
 PLAYBACK_MARGIN_S = 0.5

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
-from services.common import logs
+from services.common import audio, logs
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -23,14 +23,14 @@ SESSION_DEADLINE_S = 12 * 3600.0  # the stream's gRPC deadline; a longer session
 # How a stream ends when the vad service stops (its streams are cancelled: CANCELLED, or RST_STREAM: INTERNAL) or
 # dies (the connection drops: UNAVAILABLE), rather than refusing the audio.
 _WENT_AWAY = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE})
-# Silero decides once per 512-sample window (256 at 8 kHz): audio that completes no window cannot change an
-# event, so it waits for the next frame: fewer stream messages at no cost to endpointing.
-_WINDOW = {16000: 512, 8000: 256}
+# Silero decides once per window (audio.VAD_WINDOW_SAMPLES): audio that completes no window cannot change an event,
+# so it waits for the next frame: fewer stream messages at no cost to endpointing.
+_WINDOW = audio.VAD_WINDOW_SAMPLES
 
 
-def batch_windows(batch_ms: int, sample_rate: int = 16000) -> int:
+def batch_windows(batch_ms: int, sample_rate: int = audio.SPEECH_RATE) -> int:
     """Vad windows per message while a turn waits for its first audio (SOTTO_GATEWAY_VAD_BATCH_MS), at least 1."""
-    return max(1, round(batch_ms * sample_rate / 1000 / _WINDOW.get(sample_rate, 512)))
+    return max(1, round(batch_ms * sample_rate / 1000 / _WINDOW[sample_rate]))
 
 
 class VadLink:
@@ -52,7 +52,7 @@ class VadLink:
         self._replaced_readers: set[asyncio.Task] = set()  # cancelled by went_away(), awaited by close()
         self._origin = 0   # tape sample index where this stream's sample 0 sits
         self._seq = 0
-        self._window = _WINDOW.get(sample_rate, 512)
+        self._window = _WINDOW[sample_rate]
         self._held: list[bytes] = []  # frames not yet sent: together they complete no window
         self._held_ts = 0.0
         self._held_start = 0          # tape index of the first held sample

@@ -22,11 +22,12 @@ from aiohttp import web
 
 from services.common import logs
 from services.gateway import metrics
-from services.gateway.openai_chat_request import ChatRequest, parse_chat_request
-from services.gateway.openai_common import OpenAIError, new_id
-from services.gateway.protocol import ProtocolError, decode_json
-from services.gateway.rate_limit import RateLimiter
-from services.gateway.ws import DEPS, SETTINGS, check_caller
+from services.gateway.wires.chat_request import ChatRequest, parse_chat_request
+from services.gateway.wires.openai_common import OpenAIError, new_id
+from services.gateway.wires.protocol import ProtocolError, decode_json
+from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.access import check_caller
+from services.gateway.app import DEPS, LIMITS, SETTINGS
 from sotto.v1 import llm_pb2, llm_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class _Generation:
 
 @openai_errors("chat.completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gw = request.app[SETTINGS].gateway
+    gw, limits = request.app[SETTINGS].gateway, request.app[LIMITS]
     body = await read_json(request, gw.max_request_bytes)
     chat = await asyncio.to_thread(parse_chat_request, body, gw)  # images are decoded in it
     completion_id = new_id("chatcmpl")
@@ -195,10 +196,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     with logs.bound(turn_id=completion_id):
         _LOGGER.info("chat_completion", extra={"stream": chat.stream, "images": len(chat.generate.user.images),
                                                "history_turns": len(chat.generate.history)})
-        call = stub.Generate(chat.generate, timeout=gw.turn_deadline_ms / 1000, metadata=logs.grpc_metadata())
+        call = stub.Generate(chat.generate, timeout=limits.turn_deadline_s, metadata=logs.grpc_metadata())
     generation = _Generation(call, chat.stop)
     try:  # a client that leaves cancels this handler (handler_cancellation, server.py): the finally frees the llm
-        first = await generation.first(gw.request_timeout_ms / 1000, gw.retry_after_s)
+        first = await generation.first(limits.request_timeout_s, gw.retry_after_s)
         head = {"id": completion_id, "created": int(time.time()), "model": chat.model, "system_fingerprint": None}
         if chat.stream:
             return await _stream(request, generation, first, head, chat, gw.retry_after_s)

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from services.common import audio, config
 from services.gateway import metrics
-from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
-from services.gateway.protocol import Frame
+from services.gateway.conversation.settings import SessionSettings
+from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
+from services.gateway.conversation.inputs import MediaFrame
 
-SAMPLE_RATE_IN = 16000  # what the page and the vad speak; session.start's sample_rate says so
+SAMPLE_RATE_IN = audio.SPEECH_RATE  # what the page and the vad speak; session.start's sample_rate says so
 _SAMPLES_PER_MS = SAMPLE_RATE_IN // 1000
 
 
@@ -32,15 +33,17 @@ class Utterance:
 
 
 class MediaIntake:
-    def __init__(self, *, gw: config.GatewayConfig, name: str, to_vad: Callable[[bytes, float, int], None],
+    def __init__(self, *, gw: config.GatewayConfig, settings: SessionSettings, name: str,
+                 to_vad: Callable[[bytes, float, int], None],
                  drop_utterance: Callable[[str, str], Awaitable[None]]) -> None:
         """`to_vad(pcm, capture_ts_ms, tape_start)` takes audio in order; `drop_utterance(code, message)` reports an
         utterance given up and resets the vad's state for it."""
         self._gw = gw
+        self._settings = settings
         self._to_vad = to_vad
         self._drop_utterance = drop_utterance
-        self.jitter = JitterBuffer(gw.jitter_ms)
-        self.tape = AudioTape(SAMPLE_RATE_IN, gw.max_turn_audio_s + gw.preroll_ms / 1000 + 2)
+        self.jitter = JitterBuffer(settings.jitter_s)
+        self.tape = AudioTape(SAMPLE_RATE_IN, gw.max_turn_audio_s + settings.preroll_s + 2)
         self.frames: list[CameraFrame] = []
         self.utterance_start: int | None = None  # tape sample of the open utterance's start
         self._last_audio_at = 0.0
@@ -51,13 +54,13 @@ class MediaIntake:
     def in_utterance(self) -> bool:
         return self.utterance_start is not None
 
-    def camera(self, frame: Frame) -> None:
-        """Keep a camera frame (checked first: raises ProtocolError) for the keyframes of the next utterance."""
+    def camera(self, frame: MediaFrame) -> None:
+        """Keep a camera frame (checked first: raises InputError) for the keyframes of the next utterance."""
         thumb = decode_jpeg(frame.payload, self._gw.max_image_pixels)
         self.frames.append(CameraFrame(frame.ts_ms, frame.payload, thumb))
         del self.frames[: -self._gw.max_frames_per_turn]
 
-    async def audio(self, frame: Frame) -> None:
+    async def audio(self, frame: MediaFrame) -> None:
         self._watch_wanted.set()
         before = dict(self.jitter.dropped)
         for ready in self.jitter.push(frame):
@@ -85,7 +88,7 @@ class MediaIntake:
         """The utterance between two tape samples (with the pre-roll before `start`) and its keyframes; camera
         frames up to its end are used up."""
         self.utterance_start = None
-        pcm = self.tape.cut(start - int(self._gw.preroll_ms * _SAMPLES_PER_MS), end)
+        pcm = self.tape.cut(start - int(self._settings.preroll_s * SAMPLE_RATE_IN), end)
         received = self.tape.received_at(min(end, self.tape.end - 1)) or time.monotonic()
         keyframes = pick_keyframes(self.frames, start_ts_ms, end_ts_ms)
         self.frames = [f for f in self.frames if f.ts_ms > end_ts_ms]
@@ -101,7 +104,7 @@ class MediaIntake:
         a session whose reply is being prepared, or an idle one, then does not wake the gateway 10 times a
         second, and on a small machine each wake-up is taken from the synthesis of the first sentence
         (docs/performance.md)."""
-        timeout = self._gw.request_timeout_ms / 1000.0
+        timeout = self._settings.request_timeout_s
         while True:
             if self.utterance_start is None and not self.jitter.pending:
                 self._watch_wanted.clear()
@@ -123,4 +126,4 @@ class MediaIntake:
             await self._watchdog
         self.frames.clear()
         self.tape = AudioTape(SAMPLE_RATE_IN, 0)
-        self.jitter = JitterBuffer(self._gw.jitter_ms)
+        self.jitter = JitterBuffer(self._settings.jitter_s)

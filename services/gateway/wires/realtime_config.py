@@ -11,20 +11,47 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from services.gateway.openai_common import OpenAIError
+from services.common import audio
+from services.gateway.wires.openai_common import OpenAIError
+from sotto.v1 import vad_pb2
 
-INPUT_RATES = (24000, 16000)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
+MAX_HOLD_MS = 10000  # the vad service's upper bound for max_turn_silence_ms
+INPUT_RATES = (24000, audio.SPEECH_RATE)  # 24 kHz is OpenAI's only rate; 16 kHz (the vad's) is Sotto's extension
 OUTPUT_RATE = 24000
 _IGNORED = {"model", "tracing", "truncation", "include", "reasoning", "parallel_tool_calls", "tool_choice", "id",
             "object", "expires_at", "prompt_cache_key"}
 _KNOWN = _IGNORED | {"type", "instructions", "output_modalities", "max_output_tokens", "audio", "tools", "prompt"}
 
 
+EAGERNESS = ("low", "medium", "high", "auto")
+# semantic_vad: how long a turn the end-of-turn model holds open may stay silent, as a multiple of the gateway's
+# SOTTO_VAD_MAX_TURN_SILENCE_MS ("auto" and "medium" are the gateway's own, as on /ws).
+EAGERNESS_HOLD = {"low": 2.0, "medium": 1.0, "auto": 1.0, "high": 0.5}
+
+
 @dataclass(frozen=True)
 class TurnDetection:
+    """Realtime's `turn_detection`. `server_vad` is silence alone, as OpenAI defines it (`threshold`,
+    `silence_duration_ms`); `semantic_vad` is the vad service's end-of-turn model, its `eagerness` scaling how long
+    a held turn may stay silent. Fields a client leaves unset come from the gateway's settings."""
+
+    type: str  # "server_vad" or "semantic_vad"
     threshold: float
     silence_duration_ms: int
+    eagerness: str = "auto"
     create_response: bool = True
+
+    def vad_settings(self, gateway: vad_pb2.VadSettings) -> vad_pb2.VadSettings:
+        """The session's vad settings (the gateway's, as /ws uses them) with this detection applied."""
+        out = vad_pb2.VadSettings()
+        out.CopyFrom(gateway)
+        if self.type == "server_vad":
+            out.silence_only, out.threshold, out.min_silence_ms = True, self.threshold, self.silence_duration_ms
+        else:
+            out.silence_only = False
+            hold = round(gateway.max_turn_silence_ms * EAGERNESS_HOLD[self.eagerness])
+            out.max_turn_silence_ms = max(gateway.turn_silence_ms, min(MAX_HOLD_MS, hold))
+        return out
 
 
 @dataclass(frozen=True)
@@ -32,18 +59,22 @@ class RealtimeConfig:
     instructions: str
     voice: str
     turn_detection: TurnDetection | None
+    gateway_detection: TurnDetection  # what the gateway's settings give: the default, and fields left unset
     input_rate: int = INPUT_RATES[0]
     max_output_tokens: int | None = None  # None: the llm service's default reply length
 
     def session_object(self, *, session_id: str, model: str, prefix_padding_ms: int) -> dict[str, Any]:
         """The `session` of session.created / session.updated, in the GA shape the SDK parses."""
         pcm_in, pcm_out = {"type": "audio/pcm", "rate": self.input_rate}, {"type": "audio/pcm", "rate": OUTPUT_RATE}
-        detection = None
-        if self.turn_detection is not None:
-            detection = {"type": "server_vad", "threshold": self.turn_detection.threshold,
-                         "silence_duration_ms": self.turn_detection.silence_duration_ms,
-                         "prefix_padding_ms": prefix_padding_ms, "create_response": self.turn_detection.create_response,
+        detection: dict[str, Any] | None = None
+        td = self.turn_detection
+        if td is not None and td.type == "server_vad":
+            detection = {"type": "server_vad", "threshold": td.threshold, "silence_duration_ms": td.silence_duration_ms,
+                         "prefix_padding_ms": prefix_padding_ms, "create_response": td.create_response,
                          "interrupt_response": True, "idle_timeout_ms": None}
+        elif td is not None:
+            detection = {"type": "semantic_vad", "eagerness": td.eagerness, "create_response": td.create_response,
+                         "interrupt_response": True}
         return {"type": "realtime", "object": "realtime.session", "id": session_id, "model": model,
                 "output_modalities": ["audio"], "instructions": self.instructions,
                 "max_output_tokens": self.max_output_tokens or "inf", "tools": [], "tool_choice": "auto",
@@ -133,33 +164,42 @@ def _input(audio_in: dict, cfg: RealtimeConfig) -> dict[str, Any]:
     if audio_in.get("transcription") is not None:
         raise _refuse("session.audio.input.transcription", "null (the asr service transcribes every spoken turn)")
     if "turn_detection" in audio_in:
-        changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], cfg.turn_detection)
+        changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], cfg.gateway_detection)
     return changes
 
 
-def _turn_detection(value: Any, current: TurnDetection | None) -> TurnDetection | None:
+def _turn_detection(value: Any, gateway: TurnDetection) -> TurnDetection | None:
+    """A client's turn_detection; what it leaves unset comes from the gateway's settings (`gateway`)."""
     if value is None:
         return None
-    value = _dict(value, "session.audio.input.turn_detection")
     param = "session.audio.input.turn_detection"
-    if value.get("type") != "server_vad":
-        raise _refuse(f"{param}.type", '"server_vad" (Silero in the vad service), or turn_detection null')
+    value = _dict(value, param)
+    kind = value.get("type")
+    if kind not in ("server_vad", "semantic_vad"):
+        raise _refuse(f"{param}.type", '"server_vad" (silence alone), "semantic_vad" (the end-of-turn model), or '
+                                       "turn_detection null")
     if value.get("interrupt_response", True) is not True:
         raise _refuse(f"{param}.interrupt_response", "true (speech always interrupts the answer)")
     if value.get("idle_timeout_ms") is not None:
         raise _refuse(f"{param}.idle_timeout_ms", "null")
-    base = current or TurnDetection(threshold=0.5, silence_duration_ms=500)
-    threshold = value.get("threshold", base.threshold)
+    create = value.get("create_response", gateway.create_response)
+    if not isinstance(create, bool):
+        raise OpenAIError(f"'{param}.create_response' must be a boolean", param=f"{param}.create_response")
+    if kind == "semantic_vad":
+        eagerness = value.get("eagerness", "auto")
+        if eagerness not in EAGERNESS:
+            raise OpenAIError(f"'{param}.eagerness' must be one of {', '.join(EAGERNESS)}",
+                              param=f"{param}.eagerness")
+        return dataclasses.replace(gateway, type=kind, eagerness=eagerness, create_response=create)
+    threshold = value.get("threshold", gateway.threshold)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
         raise OpenAIError(f"'{param}.threshold' must be a number between 0 and 1", param=f"{param}.threshold")
-    silence = value.get("silence_duration_ms", base.silence_duration_ms)
+    silence = value.get("silence_duration_ms", gateway.silence_duration_ms)
     if isinstance(silence, bool) or not isinstance(silence, int) or not 32 <= silence <= 10000:
         raise OpenAIError(f"'{param}.silence_duration_ms' must be an integer from 32 to 10000",
                           param=f"{param}.silence_duration_ms")
-    create = value.get("create_response", base.create_response)
-    if not isinstance(create, bool):
-        raise OpenAIError(f"'{param}.create_response' must be a boolean", param=f"{param}.create_response")
-    return TurnDetection(threshold=float(threshold), silence_duration_ms=silence, create_response=create)
+    return dataclasses.replace(gateway, type=kind, threshold=float(threshold), silence_duration_ms=silence,
+                               create_response=create)
 
 
 def _output(audio_out: dict, voices: list[str]) -> dict[str, Any]:

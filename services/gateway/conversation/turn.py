@@ -19,13 +19,13 @@ import grpc
 
 from services.common import logs
 from services.gateway import metrics
-from services.gateway.hearing import SpokenWords, Unheard
-from services.gateway.protocol import FrameKind, event, pack_frame
+from services.gateway.links.asr import SpokenWords, Unheard
+from services.gateway.conversation import events
 from sotto.v1 import common_pb2, llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 
-Send = Callable[[str | bytes, "Turn | None"], None]
+Send = Callable[[events.Event, "Turn | None"], None]
 
 
 @dataclass(kw_only=True)
@@ -39,7 +39,7 @@ class TurnInput:
     images: list[bytes] = field(default_factory=list)
     image_ts: list[float] = field(default_factory=list)
     endpoint_ms: float | None = None
-    words: SpokenWords | None = None  # a spoken turn's words (services.gateway.hearing)
+    words: SpokenWords | None = None  # a spoken turn's words (services.gateway.links.asr)
 
 
 @dataclass(kw_only=True)
@@ -147,8 +147,8 @@ class Turn:
     async def run(self) -> TurnResult:
         t0 = time.monotonic()
         inp = self.inp
-        self.send(event("turn.started", turn_id=inp.turn_id, source=inp.source, audio_ms=round(inp.audio_ms),
-                        images=len(inp.images)), None)
+        self.send(events.TurnStarted(turn_id=inp.turn_id, source=inp.source, audio_ms=round(inp.audio_ms),
+                                     images=len(inp.images)), None)
         _LOGGER.info("turn_started", extra={"source": inp.source, "audio_ms": round(inp.audio_ms),
                                             "images": len(inp.images),
                                             **logs.content(self.settings.log_content, text=inp.text)})
@@ -185,13 +185,13 @@ class Turn:
             self._done.set()
         if outcome is Outcome.BUSY:
             metrics.BUSY.inc()
-            self.send(event("busy", turn_id=inp.turn_id, message="the model is busy with other requests; "
+            self.send(events.Busy(turn_id=inp.turn_id, message="the model is busy with other requests; "
                             "try again in a moment"), None)
         if error is not None:
             metrics.ERRORS.labels(error[0]).inc()
-            self.send(event("error", code=error[0], message=error[1], turn_id=inp.turn_id), None)
+            self.send(events.Error(code=error[0], message=error[1], turn_id=inp.turn_id), None)
         if self._samples_sent:
-            self.send(event("audio.done", turn_id=inp.turn_id, samples=self._samples_sent), None)
+            self.send(events.AudioDone(turn_id=inp.turn_id, samples=self._samples_sent), None)
         heard = self.heard_text() if self.interrupted else self._text
         if words is not None and outcome not in (Outcome.BUSY, Outcome.ERROR):
             # For the history. The reply is out, so waiting costs it nothing; a reply cut before its first audio
@@ -205,8 +205,9 @@ class Turn:
         result = TurnResult(outcome=outcome, text=self._text, heard_text=heard, interrupted=self.interrupted,
                             user_text=self._user_text, audio_sha256=self._audio_sha256(),
                             timings=dict(self._timings))
-        self.send(event("turn.done", turn_id=inp.turn_id, text=self._text, heard_text=heard,
-                        interrupted=self.interrupted, finish_reason=outcome.value, timings=result.timings), None)
+        self.send(events.TurnDone(turn_id=inp.turn_id, text=self._text, heard_text=heard,
+                                  interrupted=self.interrupted, finish_reason=outcome.value,
+                                  timings=result.timings), None)
         self._observe(result)
         return result
 
@@ -264,7 +265,7 @@ class Turn:
                     self._text += message.text_delta
                     self._fed.append((len(self._text), time.monotonic()))
                     self._tts_queue.put_nowait(message.text_delta)
-                    self.send(event("text.delta", turn_id=self.inp.turn_id, text=message.text_delta), self)
+                    self.send(events.TextDelta(turn_id=self.inp.turn_id, text=message.text_delta), self)
                 message = await call.read()
         finally:
             self._llm_finished.set()
@@ -314,12 +315,13 @@ class Turn:
             fed_at = next((t for chars, t in self._fed if chars >= chunk.text_end), None)
             if fed_at is not None:
                 self._timings["tts_first_chunk_ms"] = _ms(now - fed_at)
-            self.send(event("audio.start", turn_id=self.inp.turn_id, sample_rate=chunk.sample_rate), self)
+            self.send(events.AudioStarted(turn_id=self.inp.turn_id, sample_rate=chunk.sample_rate), self)
         samples = len(chunk.pcm16) // 2
         sentence = self._sentences.setdefault(
             chunk.sentence_index, _Sentence(chunk.sentence_text, chunk.sample_offset, chunk.sample_offset))
         sentence.end_sample = chunk.sample_offset + samples
-        self.send(pack_frame(FrameKind.AUDIO_OUT, self._chunks_sent, float(chunk.sample_offset), chunk.pcm16), self)
+        self.send(events.AudioChunk(turn_id=self.inp.turn_id, sequence=self._chunks_sent,
+                                    sample_offset=chunk.sample_offset, pcm16=chunk.pcm16), self)
         if not self._chunks_sent and self.inp.words is not None:
             self.inp.words.reply_started()  # the first audio is queued: now the words may take the CPU
         self._chunks_sent += 1
@@ -362,7 +364,8 @@ class Turn:
         t = result.timings
         if "ttfa_ms" in t:
             metrics.TTFA.labels(self.inp.source).observe(t["ttfa_ms"] / 1000)
-        for stage in ("endpoint_ms", "asr_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms", "first_audio_ms"):
+        for stage in ("endpoint_ms", "asr_ms", "llm_queue_ms", "first_token_ms", "tts_first_chunk_ms",
+                      "first_audio_ms"):
             if stage in t:
                 metrics.STAGE.labels(stage[:-3]).observe(t[stage] / 1000)
         metrics.TURN_SECONDS.observe(t["total_ms"] / 1000)

@@ -11,22 +11,22 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from services.gateway.protocol import Frame, ProtocolError
+from services.gateway.conversation.inputs import InputError, MediaFrame
 
 
 class JitterBuffer:
-    """Re-orders frames by sequence number, waiting at most `max_wait_ms` for a missing one.
+    """Re-orders frames by sequence number, waiting at most `max_wait_s` for a missing one.
 
     Late frames (sequence already released) and duplicates are dropped; `dropped` counts them by reason.
     """
 
-    def __init__(self, max_wait_ms: int) -> None:
-        self.max_wait_s = max_wait_ms / 1000.0
+    def __init__(self, max_wait_s: float) -> None:
+        self.max_wait_s = max_wait_s
         self.next_seq: int | None = None
-        self.pending: dict[int, tuple[float, Frame]] = {}
+        self.pending: dict[int, tuple[float, MediaFrame]] = {}
         self.dropped = {"late": 0, "duplicate": 0}
 
-    def push(self, frame: Frame, now: float | None = None) -> list[Frame]:
+    def push(self, frame: MediaFrame, now: float | None = None) -> list[MediaFrame]:
         now = time.monotonic() if now is None else now
         if self.next_seq is None:
             self.next_seq = frame.sequence
@@ -39,10 +39,10 @@ class JitterBuffer:
         self.pending[frame.sequence] = (now, frame)
         return self.release(now)
 
-    def release(self, now: float | None = None) -> list[Frame]:
-        """In-order frames that are ready; skips a gap once the oldest waiting frame waited `max_wait_ms`."""
+    def release(self, now: float | None = None) -> list[MediaFrame]:
+        """In-order frames that are ready; skips a gap once the oldest waiting frame waited `max_wait_s`."""
         now = time.monotonic() if now is None else now
-        out: list[Frame] = []
+        out: list[MediaFrame] = []
         while self.pending:
             if self.next_seq in self.pending:
                 out.append(self.pending.pop(self.next_seq)[1])
@@ -122,20 +122,20 @@ def decode_jpeg(payload: bytes, max_pixels: int) -> np.ndarray:
     try:
         with Image.open(io.BytesIO(payload)) as img:
             if img.format != "JPEG":
-                raise ProtocolError("bad_frame", f"camera frame is {img.format}, not JPEG")
+                raise InputError("bad_frame", f"camera frame is {img.format}, not JPEG")
             width, height = img.size
             if width * height > max_pixels:
-                raise ProtocolError("too_large", f"camera frame of {width}x{height} pixels is over the "
+                raise InputError("too_large", f"camera frame of {width}x{height} pixels is over the "
                                                  f"{max_pixels}-pixel limit; send at most 640 px on the long side")
             img.draft("L", (64, 64))
             thumb = img.convert("L").resize((16, 16))
             return np.asarray(thumb, dtype=np.float32)
-    except ProtocolError:
+    except InputError:
         raise
     except Image.DecompressionBombError as exc:  # Pillow's own guard fires at open for the most extreme ones
-        raise ProtocolError("too_large", f"camera frame is far over the {max_pixels}-pixel limit ({exc})") from None
+        raise InputError("too_large", f"camera frame is far over the {max_pixels}-pixel limit ({exc})") from None
     except Exception as exc:  # Pillow raises many types for broken data; all mean the same to the client
-        raise ProtocolError("bad_frame", f"camera frame is not a decodable JPEG ({exc})") from None
+        raise InputError("bad_frame", f"camera frame is not a decodable JPEG ({exc})") from None
 
 
 def check_image(payload: bytes, max_pixels: int) -> str:
@@ -149,16 +149,16 @@ def check_image(payload: bytes, max_pixels: int) -> str:
         with Image.open(io.BytesIO(payload), formats=("JPEG", "PNG")) as img:
             width, height = img.size
             if width * height > max_pixels:
-                raise ProtocolError("too_large", f"an image of {width}x{height} pixels is over the {max_pixels}-pixel "
-                                                 "limit (SOTTO_GATEWAY_MAX_IMAGE_PIXELS)")
+                raise InputError("too_large", f"an image of {width}x{height} pixels is over the {max_pixels}-pixel "
+                                              "limit (SOTTO_GATEWAY_MAX_IMAGE_PIXELS)")
             img.load()
             return str(img.format)
-    except ProtocolError:
+    except InputError:
         raise
     except Image.DecompressionBombError as exc:
-        raise ProtocolError("too_large", f"an image far over the {max_pixels}-pixel limit ({exc})") from None
+        raise InputError("too_large", f"an image far over the {max_pixels}-pixel limit ({exc})") from None
     except Exception as exc:  # Pillow raises many types for broken data; all mean the same to the client
-        raise ProtocolError("bad_frame", f"not a decodable JPEG or PNG image ({exc})") from None
+        raise InputError("bad_frame", f"not a decodable JPEG or PNG image ({exc})") from None
 
 
 NEAR_IDENTICAL = 3.0  # mean absolute difference (0-255) of 16x16 thumbnails below which frames count as the same

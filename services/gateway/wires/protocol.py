@@ -1,4 +1,5 @@
-"""Protocol v1 on the wire (docs/protocol.md): binary frame headers, client messages, error codes.
+"""Protocol v1 on the wire (docs/protocol.md): binary frame headers, client messages, error codes, and the
+conversation's events serialized as v1 sends them.
 
 Parsing is strict and total: anything a client sends either becomes a typed message or a `ProtocolError` whose
 code and message go back to the client as an `error` event. Nothing here does I/O.
@@ -15,6 +16,10 @@ from typing import Any
 
 import orjson
 
+from services.common import audio
+from services.gateway.conversation import events
+from services.gateway.conversation.inputs import InputError
+
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct("<BBHId")  # kind, flags, reserved, sequence, timestamp ms
 HEADER_BYTES = HEADER.size  # 16
@@ -26,13 +31,8 @@ class FrameKind(IntEnum):
     AUDIO_OUT = 3
 
 
-class ProtocolError(ValueError):
+class ProtocolError(InputError):
     """A message the client got wrong; `code` is one of docs/protocol.md's error codes."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def parse_frame(data: bytes, max_audio_bytes: int, max_jpeg_bytes: int) -> Frame
 @dataclass(frozen=True)
 class SessionStart:
     protocol: int
-    sample_rate: int = 16000
+    sample_rate: int = audio.SPEECH_RATE
     client_vad: bool = False
     voice: str = ""
     language: str = ""
@@ -119,10 +119,7 @@ MESSAGES: dict[str, type[ClientMessage]] = {"session.start": SessionStart, "audi
 _FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (bool, "a boolean")}
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "a boolean", type(None): "null"}
-ACCEPTED_SAMPLE_RATES = (16000,)
-# What session.ready announces: the tts's rate (Kokoro speaks at 24 kHz). Each turn's `audio.start` states the
-# rate of that turn's audio, which is what a client plays it at.
-SAMPLE_RATE_OUT = 24000
+ACCEPTED_SAMPLE_RATES = (audio.SPEECH_RATE,)
 
 
 def decode_json(text: str | bytes) -> Any:
@@ -191,3 +188,25 @@ def parse_message(text: str, max_bytes: int, max_text_chars: int) -> ClientMessa
 
 def event(kind: str, **fields: Any) -> str:
     return json.dumps({"type": kind, **fields}, ensure_ascii=False)
+
+
+_TYPES: dict[type, str] = {
+    events.SessionReady: "session.ready", events.SpeechStarted: "speech.started", events.SpeechEnded: "speech.ended",
+    events.TurnHeld: "turn.hold", events.TurnStarted: "turn.started", events.Transcript: "transcript",
+    events.TextDelta: "text.delta", events.AudioStarted: "audio.start", events.AudioDone: "audio.done",
+    events.TurnDone: "turn.done", events.Error: "error", events.Busy: "busy", events.Health: "health",
+    events.Pong: "pong"}
+
+
+def serialize(ev: events.Event) -> str | bytes:
+    """A conversation event as protocol v1 sends it (docs/protocol.md): audio as a binary frame, the rest as JSON."""
+    if isinstance(ev, events.AudioChunk):
+        return pack_frame(FrameKind.AUDIO_OUT, ev.sequence, float(ev.sample_offset), ev.pcm16)
+    fields = {f.name: getattr(ev, f.name) for f in dataclasses.fields(ev)}
+    if isinstance(ev, events.SessionReady):
+        fields = {"session_id": ev.session_id, "protocol": PROTOCOL_VERSION, **fields}
+    elif isinstance(ev, events.Transcript):
+        fields.pop("recognition_ms" if ev.error is not None else "error")
+    elif isinstance(ev, events.Error) and not ev.turn_id:
+        del fields["turn_id"]
+    return event(_TYPES[type(ev)], **fields)

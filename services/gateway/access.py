@@ -1,4 +1,5 @@
-"""The `/ws` endpoint: who may connect, and the read loop that feeds a Session.
+"""Who may open a session, on every wire: Host, Origin and token checks, the session limits, and a session's
+registration with the app while it lives.
 
 Cross-site WebSocket hijacking is refused here: a browser always sends `Origin`, and only the gateway's own origin
 (plus any configured ones) may drive the assistant. Off loopback, a token is required as well.
@@ -10,25 +11,17 @@ import contextlib
 import hmac
 import ipaddress
 import logging
-import weakref
-from collections import Counter
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from aiohttp import WSMsgType, web
+from aiohttp import web
 
-from services.common import config, logs
+from services.common import config
 from services.gateway import metrics
-from services.gateway.dependencies import Dependencies
-from services.gateway.session import Session
+from services.gateway.app import DEPS, PER_CLIENT, SESSIONS, SETTINGS
+from services.gateway.conversation.session import Session
 
 _LOGGER = logging.getLogger(__name__)
-
-SETTINGS = web.AppKey("settings", config.Settings)
-DEPS = web.AppKey("deps", Dependencies)
-SESSIONS = web.AppKey("sessions", weakref.WeakSet)
-PER_CLIENT = web.AppKey("per_client", Counter)
-MODEL = web.AppKey("model", dict)
 
 
 def is_loopback(host: str) -> bool:
@@ -93,32 +86,3 @@ async def registered(request: web.Request, session: Session) -> AsyncIterator[No
         per_client[client] -= 1
         metrics.SESSIONS.dec()
         _LOGGER.info("session_closed", extra={"turns": session.turns})
-
-
-async def websocket(request: web.Request) -> web.StreamResponse:
-    settings = request.app[SETTINGS]
-    gw = settings.gateway
-    check_caller(request)
-    check_session_room(request)
-    # aiohttp's own cap is set above ours, so a moderately oversized message gets a clear `too_large` error and
-    # the socket stays usable; only something far over the limit closes it (code 1009, message too big).
-    cap = 4 * max(gw.max_message_bytes, gw.max_jpeg_bytes, gw.max_audio_frame_bytes) + 64
-    ws = web.WebSocketResponse(max_msg_size=cap, heartbeat=30)
-    await ws.prepare(request)
-    deps = request.app[DEPS]
-    session = Session(ws=ws, cfg=settings, channels=deps.channels, model=request.app[MODEL], health=deps.status)
-    with logs.bound(session.id):
-        try:
-            async with registered(request, session):
-                async for msg in ws:
-                    if msg.type == WSMsgType.TEXT:
-                        if not await session.on_text(msg.data):
-                            break
-                    elif msg.type == WSMsgType.BINARY:
-                        if not await session.on_binary(msg.data):
-                            break
-                    elif msg.type == WSMsgType.ERROR:
-                        break
-        finally:
-            await ws.close()
-    return ws

@@ -1,8 +1,10 @@
-"""One WebSocket session's lifecycle: messages dispatched, turns started and ended, and the history it owns.
+"""The conversation core: one session's turns, history, interrupts, vad events and admission, knowing no wire.
 
-Only the handler task reads the socket (and calls `on_text` / `on_binary`); one writer task owns every send, so
-events never interleave and an interrupted turn's queued audio can be dropped in one place. State changes go
-through `_set_state`, which logs them. Incoming media is `MediaIntake`'s job, the message rate `RateLimiter`'s.
+A wire's adapter (`wires/ws.py`, `wires/realtime.py`) reads its socket and calls the public methods here; what the
+conversation says goes out as typed events (`events.py`) to the adapter's `Output`, from one writer task, so events
+never interleave and an interrupted turn's queued audio can be dropped in one place. State changes go through
+`_set_state`, which logs them. Incoming media is `MediaIntake`'s job, the message rate `RateLimiter`'s, the
+history `History`'s.
 """
 
 from __future__ import annotations
@@ -12,25 +14,47 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import Any, Protocol
 
 import grpc
-from aiohttp import web
 
 from services.common import config, logs
 from services.gateway import metrics
-from services.gateway.hearing import Hearing, SpokenWords
-from services.gateway.intake import MediaIntake
-from services.gateway.playback import answer_playing
-from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
-                                       SessionStart, TypedText, event, parse_frame, parse_message)
-from services.gateway.rate_limit import RateLimiter
-from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
-from services.gateway.vad_link import VadLink
-from sotto.v1 import asr_pb2_grpc, common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
+from services.gateway.app import Catalogue
+from services.gateway.conversation import events
+from services.gateway.conversation.events import SAMPLE_RATE_OUT
+from services.gateway.conversation.history import History
+from services.gateway.conversation.inputs import MediaFrame, Opening
+from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake
+from services.gateway.conversation.playback import answer_playing
+from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.conversation.settings import SessionSettings
+from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
+from services.gateway.links.asr import Hearing, SpokenWords
+from services.gateway.links.vad import VadLink
+from sotto.v1 import asr_pb2_grpc, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 INTERRUPT_WAIT_S = 2.0  # how long a new turn waits for the interrupted one to wind down
+
+
+def turn_taking(v: config.VadConfig) -> vad_pb2.VadSettings:
+    """The session's vad settings, from the gateway's: every wire starts from these."""
+    return vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms, min_silence_ms=v.min_silence_ms,
+                               speech_pad_ms=v.speech_pad_ms, turn_silence_ms=v.turn_silence_ms,
+                               max_turn_silence_ms=v.max_turn_silence_ms, silence_only=not v.semantic_turn,
+                               barge_in_threshold=v.barge_in_threshold,
+                               barge_in_min_speech_ms=v.barge_in_min_speech_ms)
+
+
+class Output(Protocol):
+    """Where a session's events go: a wire's adapter, which serializes them (and its own items) for its client."""
+
+    async def send(self, item: events.Event | Any) -> None: ...
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> None: ...
 
 
 class State(Enum):
@@ -40,57 +64,60 @@ class State(Enum):
 
 
 class Session:
-    def __init__(self, *, ws: web.WebSocketResponse, cfg: config.Settings, channels: dict[str, grpc.aio.Channel],
-                 model: dict, health: dict[str, str]) -> None:
+    """One conversation: its turns (one at a time), its history, its vad stream and asr link, and what it says."""
+
+    def __init__(self, *, output: Output, cfg: config.Settings, settings: SessionSettings,
+                 channels: dict[str, grpc.aio.Channel], models: Catalogue, health: dict[str, str],
+                 on_utterance: Callable[[TurnInput], Awaitable[None]] | None = None) -> None:
+        """`on_utterance`: what a spoken utterance the vad ended becomes (default: a turn, answered at once)."""
         self.id = uuid.uuid4().hex[:12]
-        self.ws = ws
+        self.output = output
         self.cfg = cfg
         self.gw = cfg.gateway
-        self.model = model
+        self.settings = settings  # the time limits, in seconds, for every collaborator
+        self.models = models  # what the gateway knows of the models now (read at each use: it is replaced)
         self.health = health  # the gateway's live view, shared: session.ready reports it as it is then
         self.llm = llm_pb2_grpc.LlmServiceStub(channels["llm"])
         self.tts = tts_pb2_grpc.TtsServiceStub(channels["tts"])
         self.vad_stub = vad_pb2_grpc.VadServiceStub(channels["vad"])
-        self.start: SessionStart | None = None
+        self.start: Opening | None = None
         self.state = State.LISTENING
-        self.history: list[common_pb2.Turn] = []
-        self.history_owner: Turn | None = None  # the turn whose reply is the last history entry
+        self.history = History(self.gw.max_history_turns)
         self.turn: Turn | None = None
         self.turn_task: asyncio.Task | None = None
-        self.out: asyncio.Queue[tuple[str | bytes, Turn | None] | None] = asyncio.Queue()
+        self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
-        self.intake = MediaIntake(gw=self.gw, name=f"session-{self.id}", to_vad=self._to_vad,
+        self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance)
         self.vad: VadLink | None = None
-        self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]),
-                               request_timeout_s=self.gw.request_timeout_ms / 1000.0,
+        self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]), settings=self.settings,
                                max_audio_s=self.gw.max_turn_audio_s)
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
+        self._on_utterance = on_utterance or self.begin_turn
 
     # -- sending ---------------------------------------------------------------------------------------------
-    def send(self, data: str | bytes, turn: Turn | None = None) -> None:
-        self.out.put_nowait((data, turn))
+    def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
+        """Queue an event (or a wire's own item, which the wire alone understands) behind everything before it."""
+        self.out.put_nowait((item, turn))
 
     def error(self, code: str, message: str, turn_id: str = "") -> None:
         metrics.ERRORS.labels(code).inc()
-        self.send(event("error", code=code, message=message, **({"turn_id": turn_id} if turn_id else {})))
+        self.send(events.Error(code=code, message=message, turn_id=turn_id))
 
     async def _write(self) -> None:
-        while (item := await self.out.get()) is not None:
-            data, turn = item
-            if turn is not None and turn.interrupted and isinstance(data, bytes):
+        while (entry := await self.out.get()) is not None:
+            item, turn = entry
+            audio = isinstance(item, events.AudioChunk)
+            if turn is not None and turn.interrupted and audio:
                 continue  # barge-in: audio of a cut turn is never sent
             try:
-                if isinstance(data, bytes):
-                    await self.ws.send_bytes(data)
-                else:
-                    await self.ws.send_str(data)
+                await self.output.send(item)
             except (ConnectionResetError, RuntimeError):
                 return
             # After the send: the first audio frame does not wait for a log line to be formatted and written.
-            if turn is not None and self.turn is turn and isinstance(data, bytes) and self.state != State.SPEAKING:
+            if turn is not None and self.turn is turn and audio and self.state != State.SPEAKING:
                 self._set_state(State.SPEAKING, "first audio")
 
     def _set_state(self, new: State, reason: str) -> None:
@@ -99,7 +126,7 @@ class Session:
             self.state = new
 
     # -- input -----------------------------------------------------------------------------------------------
-    def _admit(self) -> bool:
+    def admit(self) -> bool:
         """The excess over the message rate is dropped, counted and reported (not every time)."""
         if self._limiter.admit():
             return True
@@ -109,73 +136,60 @@ class Session:
                                        "the excess is dropped")
         return False
 
-    async def on_text(self, text: str) -> bool:
-        """Handle one JSON message; returns False when the session must close."""
-        if not self._admit():
-            return True
-        try:
-            msg = parse_message(text, self.gw.max_message_bytes, self.gw.max_text_chars)
-        except ProtocolError as exc:
-            if exc.code == "protocol" and self.start is not None:
-                # `protocol` means "the socket is closed now"; a second, bad session.start does not close it
-                self.error("bad_message", f"session.start was already received ({exc.message})")
-                return True
-            self.error(exc.code, exc.message)
-            return exc.code != "protocol"
-        if isinstance(msg, SessionStart):
-            if self.start is not None:
-                self.error("bad_message", "session.start was already received")
-                return True
-            self._open(msg)
-            return True
-        if self.start is None:
-            self.error("protocol", "the first message must be session.start")
-            return False
-        if isinstance(msg, TypedText):
-            await self._begin_turn(TurnInput(turn_id=self._turn_id(), source="text", text=msg.text,
-                                             t_input_end=time.monotonic()))
-        elif isinstance(msg, Interrupt):
-            self._interrupt(msg.turn_id, msg.played_samples)
-        elif isinstance(msg, Playback):
-            if self.turn is not None and msg.turn_id in ("", self.turn.inp.turn_id):
-                self.turn.report_playback(msg.played_samples)
-        elif isinstance(msg, AudioEnd) and self.vad is not None:
-            self.vad.end_of_speech(ask_verdict=self.start.turn_hold)
-        elif isinstance(msg, Ping):
-            self.send(event("pong"))
-        return True
+    def pong(self) -> None:
+        self.send(events.Pong())
 
-    def _interrupt(self, turn_id: str, played_samples: int) -> None:
+    async def typed_turn(self, text: str) -> None:
+        await self.begin_turn(TurnInput(turn_id=self.next_turn_id(), source="text", text=text,
+                                        t_input_end=time.monotonic()))
+
+    def playback(self, turn_id: str, played_samples: int) -> None:
+        """The client's report of how much of a turn's audio it has played."""
+        if self.turn is not None and turn_id in ("", self.turn.inp.turn_id):
+            self.turn.report_playback(played_samples)
+
+    def end_of_speech(self, ask_verdict: bool = False) -> None:
+        """The client heard the end of speech (its own VAD, or a Realtime commit)."""
+        if self.vad is not None:
+            self.vad.end_of_speech(ask_verdict=ask_verdict)
+
+    def interrupt(self, turn_id: str, played_samples: int) -> None:
+        """The client cut an answer after `played_samples`: a running turn stops (and records what was heard); a
+        finished one has its history entry cut to what was heard."""
         turn = self.turn
         if turn is None or turn_id not in ("", turn.inp.turn_id):
             return  # an interrupt for a turn this session no longer tracks
-        if self.turn_task is not None and not self.turn_task.done():
+        if self.responding:
             turn.interrupt(played_samples, "client")
             return
         heard = turn.heard_after_done(played_samples)
-        if heard is not None and self.history_owner is turn:
-            metrics.INTERRUPTIONS.labels("client_after_done").inc()
-            self.history[-1].text = heard  # the history keeps only what the user actually heard
-            self.history[-1].interrupted = True
-            _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard)})
+        if heard is not None:
+            self.history.cut(turn, heard, played_samples)
 
-    async def on_binary(self, data: bytes) -> bool:
-        """Handle one binary frame; returns False when the session must close."""
-        if not self._admit():
-            return True
-        if self.start is None:
-            self.error("protocol", "the first message must be session.start, not media")
-            return False
-        try:
-            frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
-            if frame.kind == FrameKind.JPEG:
-                self.intake.camera(frame)
-                return True
-        except ProtocolError as exc:
-            self.error(exc.code, exc.message)
-            return True
+    @property
+    def in_utterance(self) -> bool:
+        """The vad heard speech start and not yet its end."""
+        return self.intake.in_utterance
+
+    def take_turns_with(self, settings: vad_pb2.VadSettings) -> None:
+        """How the vad detects turns from the next stream on (a wire's own turn detection, from `turn_taking`)."""
+        if self.vad is not None:
+            self.vad.settings = settings
+
+    async def drop_speech(self) -> None:
+        """Forget the utterance in progress and the vad's state for it (the client cleared its input, or changed
+        how turns are detected): the next audio opens a fresh vad stream with the link's settings then."""
+        self.intake.abandon_utterance()
+        self.hearing.drop()
+        if self.vad is not None:
+            await self.vad.reset()
+
+    def camera(self, frame: MediaFrame) -> None:
+        """A camera frame for the next utterance's keyframes (raises InputError for one that does not decode)."""
+        self.intake.camera(frame)
+
+    async def audio(self, frame: MediaFrame) -> None:
         await self.intake.audio(frame)
-        return True
 
     def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
         assert self.vad is not None  # media is refused before session.start, which opens the link
@@ -201,23 +215,24 @@ class Session:
             self.intake.speech_started(origin + ev.start_sample)
             if self._text_only_model():
                 # The words will be the message: recognise them while the user speaks, pre-roll included.
-                first = origin + ev.start_sample - self.gw.preroll_ms * 16
+                first = origin + ev.start_sample - round(self.settings.preroll_s * SAMPLE_RATE_IN)
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
-            self.send(event("speech.started", ts_ms=ev.start_ts_ms))
-            if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
+            self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
+            if self.turn is not None and self.responding:
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
-            self.send(event("turn.hold", ts_ms=ev.start_ts_ms, max_silence_ms=self.cfg.vad.max_turn_silence_ms))
+            held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
+            self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
-            self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
-            turn_id = self._turn_id()
+            self.send(events.SpeechEnded(ts_ms=ev.end_ts_ms))
+            turn_id = self.next_turn_id()
             words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
-                                streamed=self.hearing.finish(round(utterance.audio_ms * 16)),
-                                cascade=self._text_only_model(), model_name=self.model.get("llm", {}).get("name", ""),
+                                streamed=self.hearing.finish(round(utterance.audio_ms * SAMPLE_RATE_IN / 1000)),
+                                cascade=self._text_only_model(), model_name=self.models.current.llm_name,
                                 send=self.send)
-            await self._begin_turn(TurnInput(
+            await self._on_utterance(TurnInput(
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
                 images=utterance.images, image_ts=utterance.image_ts, t_input_end=utterance.received_at,
                 endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
@@ -236,58 +251,58 @@ class Session:
     # -- turns -----------------------------------------------------------------------------------------------
     def _text_only_model(self) -> bool:
         """The llm takes no audio (say the offline SmolLM2): spoken turns go to it as their words (the cascade)."""
-        return self.model.get("llm", {}).get("audio_input") is False
+        return self.models.current.text_only
 
-    def _turn_id(self) -> str:
+    def next_turn_id(self) -> str:
         self.turns += 1
         return f"{self.id}-{self.turns}"
 
-    def _open(self, start: SessionStart) -> None:
+    def open(self, start: Opening) -> None:
         self.start = start
         v = self.cfg.vad
-        settings = vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms,
-                                       min_silence_ms=v.min_silence_ms, speech_pad_ms=v.speech_pad_ms,
-                                       turn_silence_ms=v.turn_silence_ms, max_turn_silence_ms=v.max_turn_silence_ms,
-                                       silence_only=not v.semantic_turn, barge_in_threshold=v.barge_in_threshold,
-                                       barge_in_min_speech_ms=v.barge_in_min_speech_ms)
-        self.vad = VadLink(stub=self.vad_stub, settings=settings, sample_rate=start.sample_rate,
+        self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
-                           connect_timeout_s=self.gw.request_timeout_ms / 1000.0, batch_ms=self.gw.vad_batch_ms,
+                           connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,
                            batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance,
                            answer_playing=lambda: answer_playing(self.turn, time.monotonic()))
         limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
                   "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
                   "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
                   "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
-        self.send(event("session.ready", session_id=self.id, protocol=1, sample_rate_in=start.sample_rate,
-                        sample_rate_out=SAMPLE_RATE_OUT, voices=self.model.get("voices", []),
-                        voice=start.voice or self.gw.voice or self.model.get("default_voice", ""),
-                        model=self.model.get("llm", {}), limits=limits, health=dict(self.health),
-                        turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms,
-                              "max_silence_ms": v.max_turn_silence_ms, "barge_in_threshold": v.barge_in_threshold,
-                              "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                              "barge_in_level_db": v.barge_in_level_db}))
+        models = self.models.current
+        self.send(events.SessionReady(
+            session_id=self.id, sample_rate_in=start.sample_rate, sample_rate_out=SAMPLE_RATE_OUT,
+            voices=list(models.voices), voice=start.voice or self.gw.voice or models.default_voice,
+            model=models.llm_fields(), limits=limits, health=dict(self.health),
+            turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
+                  "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
+                  "barge_in_level_db": self.gw.barge_in_level_db}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 
-    async def _begin_turn(self, inp: TurnInput) -> None:
-        if self.turn_task is not None and not self.turn_task.done():
+    @property
+    def responding(self) -> bool:
+        return self.turn_task is not None and not self.turn_task.done()
+
+    async def begin_turn(self, inp: TurnInput, settings: TurnSettings | None = None) -> None:
+        """Answer `inp` (with the session's own turn settings unless given), cutting a turn still running."""
+        if self.responding:
             assert self.turn is not None
             self.turn.interrupt(self.turn.played_samples, "new_turn")
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(asyncio.shield(self.turn_task), INTERRUPT_WAIT_S)
-        history = self.history[-2 * self.gw.max_history_turns:] if self.gw.max_history_turns else []
-        self.turn = Turn(inp=inp, settings=self._turn_settings(), history=list(history), llm=self.llm, tts=self.tts,
+        self.turn = Turn(inp=inp, settings=settings or self.turn_settings(), history=self.history.window(),
+                         llm=self.llm, tts=self.tts,
                          session_id=self.id, send=self.send)
         self._set_state(State.THINKING, inp.source)
         self.turn_task = asyncio.create_task(self._run_turn(self.turn), name=f"turn-{inp.turn_id}")
 
-    def _turn_settings(self) -> TurnSettings:
-        """What the next turn is asked with (a hook: the Realtime session's own settings override it)."""
+    def turn_settings(self) -> TurnSettings:
+        """What a turn is asked with, from the gateway's settings and session.start (a wire may adjust them)."""
         assert self.start is not None
         return TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
-                            language=self.start.language, request_timeout_s=self.gw.request_timeout_ms / 1000.0,
-                            deadline_s=self.gw.turn_deadline_ms / 1000.0, log_content=self.cfg.common.log_content)
+                            language=self.start.language, request_timeout_s=self.settings.request_timeout_s,
+                            deadline_s=self.settings.turn_deadline_s, log_content=self.cfg.common.log_content)
 
     async def _run_turn(self, turn: Turn) -> None:
         with logs.bound(self.id, turn.inp.turn_id):
@@ -304,11 +319,8 @@ class Session:
             return
         # A spoken turn the model heard is recorded with its words and its audio's digest: the llm service matches
         # the digest to the conversation holding the audio (and reuses it), and rebuilds one from the words.
-        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_USER, text=result.user_text,
-                                            audio_sha256=result.audio_sha256))
-        self.history.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=result.heard_text,
-                                            interrupted=result.interrupted))
-        self.history_owner = turn
+        self.history.record(turn, user_text=result.user_text, audio_sha256=result.audio_sha256,
+                            answer=result.heard_text, interrupted=result.interrupted)
 
     def on_health(self, service: str, status: str) -> None:
         """Changes before `session.ready` are not sent: a client expects `session.ready` first, and it carries the
@@ -321,7 +333,7 @@ class Session:
             self._vad_failure_told = False
         elif service == "vad" and self.vad is not None:
             self.vad.went_away()
-        self.send(event("health", service=service, status=status))
+        self.send(events.Health(service=service, status=status))
 
     async def close(self) -> None:
         if self.turn is not None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from services.common.audio import read_wav
 from services.common.config import GatewayConfig
-from services.gateway.openai_common import OpenAIError, decode_base64, image_from_url, token_count
+from services.gateway.wires.openai_common import OpenAIError, decode_base64, image_from_url, token_count
 from sotto.v1 import common_pb2, llm_pb2
 
 # Accepted and ignored: they label, store or route a request, which changes nothing here.
