@@ -298,8 +298,13 @@ class GatewayConfig:
     max_jpeg_bytes: int = setting("SOTTO_GATEWAY_MAX_JPEG_BYTES", 2 * 1024 * 1024, "Largest JPEG frame.",
                                   lo=1024, hi=64 * 1024 * 1024)
     max_image_pixels: int = setting("SOTTO_GATEWAY_MAX_IMAGE_PIXELS", 3840 * 2160,
-                                    "Largest camera frame (width*height; blocks decompression bombs).",
-                                    lo=1024, hi=100_000_000)
+                                    "Largest image on any wire: a camera frame, or a data-URL image on /v1/ "
+                                    "(width*height, read from the header before decoding: blocks decompression "
+                                    "bombs).", lo=1024, hi=100_000_000)
+    max_images: int = setting("SOTTO_GATEWAY_MAX_IMAGES", 16,
+                              "Images in one Chat Completions request, or held for one Realtime answer; more are "
+                              "refused on arrival (the llm service applies its own SOTTO_LLM_MAX_IMAGES).",
+                              lo=0, hi=1024)
     max_frames_per_turn: int = setting("SOTTO_GATEWAY_MAX_FRAMES_PER_TURN", 60,
                                        "Camera frames kept per utterance (oldest dropped).", lo=1, hi=10000)
     max_messages_per_s: int = setting("SOTTO_GATEWAY_MAX_MESSAGES_PER_S", 200,
@@ -310,6 +315,15 @@ class GatewayConfig:
                                            "Open sessions per client address.", lo=1, hi=10000)
     max_history_turns: int = setting("SOTTO_GATEWAY_MAX_HISTORY_TURNS", 20,
                                      "Turns of history sent to the model (older ones dropped).", lo=0, hi=1000)
+    max_messages: int = setting(
+        "SOTTO_GATEWAY_MAX_MESSAGES", 1000,
+        "Messages in one Chat Completions request, and content parts in all of them together; more is refused "
+        "(400) before any model work.", lo=1, hi=100000)
+    max_prompt_chars: int = setting(
+        "SOTTO_GATEWAY_MAX_PROMPT_CHARS", 65536,
+        "Characters of text in one Chat Completions request, or in one Realtime answer's instructions and pending "
+        "text; more is refused (400) before any model work. Far above what the default context holds: below it the "
+        "llm service counts tokens and refuses exactly.", lo=256, hi=10_000_000)
     max_request_bytes: int = setting(
         "SOTTO_GATEWAY_MAX_REQUEST_BYTES", 8 * 1024 * 1024,
         "Largest request body on /v1/chat/completions and largest event on /v1/realtime (base64 audio and data-URL "

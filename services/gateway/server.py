@@ -23,6 +23,7 @@ from services.gateway.app import DEPS, LIMITS, MODELS, PER_CLIENT, SESSIONS, SET
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.hosts import host_check
 from services.gateway.links.dependencies import Dependencies
+from services.gateway.v1_errors import v1_error_shape
 from services.gateway.wires import chat_completions as openai_chat
 from services.gateway.wires import realtime
 from services.gateway.wires.ws import websocket
@@ -98,7 +99,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: config.Settings) -> web.Application:
     common, gw = settings.common, settings.gateway
     hardware.register()
-    app = web.Application(middlewares=[host_check(settings)])
+    app = web.Application(middlewares=[v1_error_shape, host_check(settings)])
     app[SETTINGS] = settings
     app[LIMITS] = SessionSettings.of(gw)
     app[DEPS] = Dependencies(
@@ -153,8 +154,11 @@ def main() -> None:
     app = create_app(settings)
     scheme = "https" if tls else "http"
     _LOGGER.info("listening", extra={"address": f"{scheme}://{settings.common.host}:{settings.gateway.port}"})
+    # handler_cancellation: a client that drops its connection cancels its handler, so an abandoned
+    # /v1/chat/completions request cancels its llm call at once instead of generating for nobody (aiohttp's
+    # recommended way, and what its test server, which tests/gateway uses, does by default).
     web.run_app(app, host=settings.common.host, port=settings.gateway.port, print=None, ssl_context=tls,
-                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True)
+                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True, handler_cancellation=True)
 
 
 if __name__ == "__main__":

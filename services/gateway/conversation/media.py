@@ -138,6 +138,29 @@ def decode_jpeg(payload: bytes, max_pixels: int) -> np.ndarray:
         raise InputError("bad_frame", f"camera frame is not a decodable JPEG ({exc})") from None
 
 
+def check_image(payload: bytes, max_pixels: int) -> str:
+    """Decode a JPEG or PNG whole without trusting it, as it arrives: the size from the header first (a
+    decompression bomb is refused before any pixel is decoded), then every pixel, so a mislabelled, truncated or
+    corrupt file is refused here rather than failing later in the llm. Returns Pillow's format name.
+
+    Decoding is CPU work of tens of ms for a large image: callers run it in a worker thread.
+    """
+    try:
+        with Image.open(io.BytesIO(payload), formats=("JPEG", "PNG")) as img:
+            width, height = img.size
+            if width * height > max_pixels:
+                raise InputError("too_large", f"an image of {width}x{height} pixels is over the {max_pixels}-pixel "
+                                              "limit (SOTTO_GATEWAY_MAX_IMAGE_PIXELS)")
+            img.load()
+            return str(img.format)
+    except InputError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise InputError("too_large", f"an image far over the {max_pixels}-pixel limit ({exc})") from None
+    except Exception as exc:  # Pillow raises many types for broken data; all mean the same to the client
+        raise InputError("bad_frame", f"not a decodable JPEG or PNG image ({exc})") from None
+
+
 NEAR_IDENTICAL = 3.0  # mean absolute difference (0-255) of 16x16 thumbnails below which frames count as the same
 
 

@@ -188,7 +188,8 @@ class _Generation:
 @openai_errors("chat.completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gw, limits = request.app[SETTINGS].gateway, request.app[LIMITS]
-    chat = parse_chat_request(await read_json(request, gw.max_request_bytes), max_image_bytes=gw.max_jpeg_bytes)
+    body = await read_json(request, gw.max_request_bytes)
+    chat = await asyncio.to_thread(parse_chat_request, body, gw)  # images are decoded in it
     completion_id = new_id("chatcmpl")
     chat.generate.turn_id = completion_id
     stub = llm_pb2_grpc.LlmServiceStub(request.app[DEPS].channels["llm"])
@@ -197,7 +198,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                                                "history_turns": len(chat.generate.history)})
         call = stub.Generate(chat.generate, timeout=limits.turn_deadline_s, metadata=logs.grpc_metadata())
     generation = _Generation(call, chat.stop)
-    try:
+    try:  # a client that leaves cancels this handler (handler_cancellation, server.py): the finally frees the llm
         first = await generation.first(limits.request_timeout_s, gw.retry_after_s)
         head = {"id": completion_id, "created": int(time.time()), "model": chat.model, "system_fingerprint": None}
         if chat.stream:

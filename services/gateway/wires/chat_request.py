@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.common.audio import read_wav
-from services.gateway.wires.openai_common import OpenAIError, decode_base64, image_from_url
+from services.common.config import GatewayConfig
+from services.gateway.wires.openai_common import OpenAIError, decode_base64, image_from_url, token_count
 from sotto.v1 import common_pb2, llm_pb2
 
 # Accepted and ignored: they label, store or route a request, which changes nothing here.
@@ -35,7 +36,8 @@ class ChatRequest:
     stop: tuple[str, ...]
 
 
-def parse_chat_request(body: Any, *, max_image_bytes: int) -> ChatRequest:
+def parse_chat_request(body: Any, gw: GatewayConfig) -> ChatRequest:
+    """The request checked whole; images are decoded here, so callers run it in a worker thread."""
     if not isinstance(body, dict):
         raise OpenAIError("the request body must be a JSON object")
     unknown = sorted(set(body) - _IGNORED - set(_NEUTRAL) - _HONOURED)
@@ -59,7 +61,10 @@ def parse_chat_request(body: Any, *, max_image_bytes: int) -> ChatRequest:
     if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
         raise OpenAIError("'stream_options' is {\"include_usage\": bool}, and only with \"stream\": true",
                           param="stream_options")
-    system, history, user = _messages(body.get("messages"), max_image_bytes)
+    if not isinstance((options or {}).get("include_usage", False), bool):
+        raise OpenAIError("'stream_options.include_usage' must be a boolean", param="stream_options.include_usage")
+    _within_budget(body.get("messages"), gw)
+    system, history, user = _messages(body.get("messages"), gw)
     generate = llm_pb2.GenerateRequest(system_prompt=system, history=history, user=user, sampling=_sampling(body))
     return ChatRequest(generate=generate, model=model, stream=stream,
                        include_usage=bool((options or {}).get("include_usage")), stop=_stop(body.get("stop")))
@@ -78,11 +83,8 @@ def _typed(body: dict, name: str, typ: type | tuple[type, ...], default: Any = N
 def _sampling(body: dict) -> llm_pb2.Sampling:
     sampling = llm_pb2.Sampling()
     for name in ("max_completion_tokens", "max_tokens"):  # the newer name wins when both are given
-        value = _typed(body, name, int)
-        if value is not None:
-            if value < 1:
-                raise OpenAIError(f"'{name}' must be at least 1", param=name)
-            sampling.max_new_tokens = value
+        if body.get(name) is not None:
+            sampling.max_new_tokens = token_count(body[name], name)
             break
     temperature = _typed(body, "temperature", (int, float))
     if temperature is not None:
@@ -112,8 +114,31 @@ def _stop(stop: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
-def _messages(messages: Any, max_image_bytes: int
-              ) -> tuple[str, list[common_pb2.Turn], llm_pb2.UserContent]:
+def _within_budget(messages: Any, gw: GatewayConfig) -> None:
+    """Refuse what cannot be worth any model work, by counting alone: messages, parts and characters of text, in
+    one pass that stops at the first limit crossed (a 10,000-message request costs no more than its decoding)."""
+    if not isinstance(messages, list):
+        return  # _messages names the mistake
+    if len(messages) > gw.max_messages:
+        raise OpenAIError(f"'messages' holds {len(messages)} messages; at most {gw.max_messages} are accepted "
+                          "(SOTTO_GATEWAY_MAX_MESSAGES)", param="messages", code="context_length_exceeded")
+    parts = chars = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        pieces = content if isinstance(content, list) else [content]
+        parts += len(pieces)
+        chars += sum(len(p) if isinstance(p, str) else len(p.get("text") or "") if isinstance(p, dict)
+                     and isinstance(p.get("text"), str) else 0 for p in pieces)
+        if parts > gw.max_messages:
+            raise OpenAIError(f"'messages' holds more than {gw.max_messages} content parts "
+                              "(SOTTO_GATEWAY_MAX_MESSAGES)", param="messages", code="context_length_exceeded")
+        if chars > gw.max_prompt_chars:
+            raise OpenAIError(f"the messages hold more than {gw.max_prompt_chars} characters of text, more than "
+                              "this model can take (SOTTO_GATEWAY_MAX_PROMPT_CHARS): send a shorter request",
+                              param="messages", code="context_length_exceeded")
+
+
+def _messages(messages: Any, gw: GatewayConfig) -> tuple[str, list[common_pb2.Turn], llm_pb2.UserContent]:
     """System text, the earlier turns as text (consecutive ones of a role merged), and the last user message."""
     if not isinstance(messages, list) or not messages:
         raise OpenAIError("'messages' must be a non-empty list", param="messages")
@@ -140,12 +165,12 @@ def _messages(messages: Any, max_image_bytes: int
     last = len(messages) - 1
     if messages[last].get("role") != "user":
         raise OpenAIError("the last message must be the user's", param=f"messages[{last}].role")
-    user = _user_content(messages[last].get("content"), f"messages[{last}].content", max_image_bytes)
+    user = _user_content(messages[last].get("content"), f"messages[{last}].content", gw)
     history: list[common_pb2.Turn] = []
     for role, i, text in turns[:-1]:
         if role == common_pb2.Turn.ROLE_USER:
             # earlier images and audio are not sent again: the history is text, as on /ws
-            text = _user_content(messages[i].get("content"), f"messages[{i}].content", max_image_bytes).text
+            text = _user_content(messages[i].get("content"), f"messages[{i}].content", gw).text
         if history and history[-1].role == role:
             history[-1].text = f"{history[-1].text}\n{text}".strip()
         else:
@@ -162,7 +187,7 @@ def _text_only(content: Any, param: str) -> str:
     raise OpenAIError(f"'{param}' must be a string or a list of text parts", param=param)
 
 
-def _user_content(content: Any, param: str, max_image_bytes: int) -> llm_pb2.UserContent:
+def _user_content(content: Any, param: str, gw: GatewayConfig) -> llm_pb2.UserContent:
     user = llm_pb2.UserContent()
     if isinstance(content, str):
         user.text = content
@@ -176,8 +201,12 @@ def _user_content(content: Any, param: str, max_image_bytes: int) -> llm_pb2.Use
         if kind == "text" and isinstance(part.get("text"), str):
             texts.append(part["text"])
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            data = image_from_url(part["image_url"].get("url"), max_image_bytes, f"{where}.image_url.url")
-            user.images.append(llm_pb2.Image(data=data, mime_type=part["image_url"]["url"][5:].split(";")[0]))
+            if len(user.images) == gw.max_images:
+                raise OpenAIError(f"'{param}' holds more than {gw.max_images} images (SOTTO_GATEWAY_MAX_IMAGES)",
+                                  param=where)
+            data, mime = image_from_url(part["image_url"].get("url"), gw.max_jpeg_bytes, gw.max_image_pixels,
+                                        f"{where}.image_url.url")
+            user.images.append(llm_pb2.Image(data=data, mime_type=mime))
         elif kind == "input_audio" and isinstance(part.get("input_audio"), dict):
             user.audio_wav = _wav(part["input_audio"], f"{where}.input_audio", bool(user.audio_wav))
         else:

@@ -11,7 +11,11 @@ import binascii
 import uuid
 from typing import Any
 
-IMAGE_TYPES = ("image/jpeg", "image/png")  # what the llm service decodes
+from services.gateway.conversation.inputs import InputError
+from services.gateway.conversation.media import check_image
+
+IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG"}  # what the llm service decodes, as Pillow names them
+MAX_TOKENS = 2**32 - 1  # the range of the llm's max_new_tokens (a uint32 in sotto.v1)
 
 
 class OpenAIError(ValueError):
@@ -44,8 +48,18 @@ def decode_base64(data: Any, param: str) -> bytes:
         raise OpenAIError(f"'{param}' is not valid base64", param=param) from None
 
 
-def image_from_url(url: Any, max_bytes: int, param: str) -> bytes:
-    """The bytes of a `data:image/jpeg;base64,...` (or PNG) URL; links to the web are refused (nothing is fetched)."""
+def token_count(value: Any, param: str) -> int:
+    """A reply length in tokens, checked against what the llm service's request can carry."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OpenAIError(f"'{param}' must be an integer", param=param)
+    if not 1 <= value <= MAX_TOKENS:
+        raise OpenAIError(f"'{param}' must be at least 1 and at most {MAX_TOKENS}; got {value}", param=param)
+    return value
+
+
+def image_from_url(url: Any, max_bytes: int, max_pixels: int, param: str) -> tuple[bytes, str]:
+    """The bytes and type of a `data:image/jpeg;base64,...` (or PNG) URL, decoded and bounded in pixels; links to
+    the web are refused (nothing is fetched). Decodes the image: run it in a worker thread."""
     if not isinstance(url, str):
         raise OpenAIError(f"'{param}' must be a string", param=param)
     head, sep, payload = url.partition(",")
@@ -59,7 +73,16 @@ def image_from_url(url: Any, max_bytes: int, param: str) -> bytes:
     if len(payload) * 3 // 4 > max_bytes:
         raise OpenAIError(f"'{param}' holds an image over the {max_bytes}-byte limit", param=param,
                           code="image_too_large")
-    return decode_base64(payload, param)
+    data = decode_base64(payload, param)
+    try:
+        found = check_image(data, max_pixels)
+    except InputError as exc:
+        code = "image_too_large" if exc.code == "too_large" else "invalid_image"
+        raise OpenAIError(f"'{param}': {exc.message}", param=param, code=code) from None
+    if found != IMAGE_TYPES[mime]:
+        raise OpenAIError(f"'{param}' is labelled {mime} but holds a {found} image", param=param,
+                          code="invalid_image_format")
+    return data, mime
 
 
 def pcm16(data: Any, param: str) -> bytes:

@@ -54,7 +54,7 @@ class RealtimeSession:
         self.session = Session(output=self.wire, cfg=cfg, settings=limits, channels=channels, models=models,
                                health=health, on_utterance=self._utterance)
         self.wire.on_audio_sent = self._heard_so_far
-        self.pending = PendingInput(gw.max_turn_audio_s)
+        self.pending = PendingInput(gw.max_turn_audio_s, gw.max_prompt_chars, gw.max_images)
         self.resampler = InputResampler(self.config.input_rate)
         self.items = Items(self)
         self._manual = bytearray()  # audio appended with turn detection off, until committed
@@ -127,7 +127,7 @@ class RealtimeSession:
             code="unsupported_frame").body()})
 
     async def _session_update(self, event: dict) -> None:
-        new = apply_update(self.config, event.get("session"), await self.voices())
+        new = apply_update(self.config, event.get("session"), await self.voices(), max_chars=self.gw.max_prompt_chars)
         old, self.config = self.config, new
         if new.input_rate != old.input_rate:
             self.resampler = InputResampler(new.input_rate)
@@ -181,7 +181,7 @@ class RealtimeSession:
         if self.session.responding:
             raise OpenAIError("Conversation already has an active response in progress",
                               code="conversation_already_has_active_response")
-        overrides = response_overrides(params, await self.voices())
+        overrides = response_overrides(params, await self.voices(), max_chars=self.gw.max_prompt_chars)
         if self.pending.empty():
             raise OpenAIError("nothing to respond to: add a user item (conversation.item.create) or commit audio "
                               "first", code="no_user_input")

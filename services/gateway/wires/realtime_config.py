@@ -90,12 +90,27 @@ def _dict(value: Any, param: str) -> dict:
     return value
 
 
+def _optional_dict(value: Any, param: str) -> dict:
+    """An object that may be left out or null; any other value (a list, a string, ...) is refused."""
+    return {} if value is None else _dict(value, param)
+
+
+def instructions(value: Any, param: str, max_chars: int) -> str:
+    """A system prompt from the client: it rides along in every prompt it applies to, so its size is bounded."""
+    if not isinstance(value, str):
+        raise OpenAIError(f"'{param}' must be a string", param=param)
+    if len(value) > max_chars:
+        raise OpenAIError(f"'{param}' is over {max_chars} characters (SOTTO_GATEWAY_MAX_PROMPT_CHARS)", param=param,
+                          code="context_length_exceeded")
+    return value
+
+
 def _refuse(param: str, accepted: str) -> OpenAIError:
     return OpenAIError(f"'{param}' is not supported by this server; accepted: {accepted}", param=param,
                        code="unsupported_parameter")
 
 
-def apply_update(cfg: RealtimeConfig, session: Any, voices: list[str]) -> RealtimeConfig:
+def apply_update(cfg: RealtimeConfig, session: Any, voices: list[str], *, max_chars: int) -> RealtimeConfig:
     """`cfg` with a session.update's `session` applied; raises OpenAIError (nothing applied) on any refusal."""
     session = _dict(session, "session")
     unknown = sorted(set(session) - _KNOWN)
@@ -111,16 +126,14 @@ def apply_update(cfg: RealtimeConfig, session: Any, voices: list[str]) -> Realti
         raise _refuse("session.prompt", "null (use instructions)")
     changes: dict[str, Any] = {}
     if "instructions" in session:
-        if not isinstance(session["instructions"], str):
-            raise OpenAIError("'session.instructions' must be a string", param="session.instructions")
-        changes["instructions"] = session["instructions"]
+        changes["instructions"] = instructions(session["instructions"], "session.instructions", max_chars)
     if "max_output_tokens" in session:
         changes["max_output_tokens"] = max_output_tokens(session["max_output_tokens"], "session.max_output_tokens")
-    audio = _dict(session.get("audio") or {}, "session.audio")
+    audio = _optional_dict(session.get("audio"), "session.audio")
     if set(audio) - {"input", "output"}:
         raise OpenAIError("'session.audio' has 'input' and 'output' only", param="session.audio")
-    changes |= _input(_dict(audio.get("input") or {}, "session.audio.input"), cfg)
-    changes |= _output(_dict(audio.get("output") or {}, "session.audio.output"), voices)
+    changes |= _input(_optional_dict(audio.get("input"), "session.audio.input"), cfg)
+    changes |= _output(_optional_dict(audio.get("output"), "session.audio.output"), voices)
     return dataclasses.replace(cfg, **changes)
 
 
@@ -212,7 +225,7 @@ def voice(value: Any, voices: list[str], param: str) -> str:
     return value
 
 
-def response_overrides(params: dict, voices: list[str]) -> dict[str, Any]:
+def response_overrides(params: dict, voices: list[str], *, max_chars: int) -> dict[str, Any]:
     """A response.create's own instructions, length and voice; what else it may say is checked and refused."""
     known = {"instructions", "max_output_tokens", "output_modalities", "audio", "conversation", "metadata", "tools",
              "tool_choice", "input", "prompt"}
@@ -225,11 +238,12 @@ def response_overrides(params: dict, voices: list[str]) -> dict[str, Any]:
         raise OpenAIError("a response is audio with its transcript, without tools or prompt objects",
                           param="response", code="unsupported_parameter")
     overrides: dict[str, Any] = {}
-    if isinstance(params.get("instructions"), str):
-        overrides["instructions"] = params["instructions"]
+    if params.get("instructions") is not None:
+        overrides["instructions"] = instructions(params["instructions"], "response.instructions", max_chars)
     if "max_output_tokens" in params:
         overrides["max_output_tokens"] = max_output_tokens(params["max_output_tokens"], "response.max_output_tokens")
-    out = ((params.get("audio") or {}).get("output") or {})
+    out = _optional_dict(_optional_dict(params.get("audio"), "response.audio").get("output"),
+                         "response.audio.output")
     if "voice" in out:
         overrides["voice"] = voice(out["voice"], voices, "response.audio.output.voice")
     return overrides

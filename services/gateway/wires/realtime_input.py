@@ -53,10 +53,12 @@ class InputResampler:
 
 
 class PendingInput:
-    """What the user added since the last response: texts, images and audio (16 kHz PCM16), for the next turn."""
+    """What the user added since the last response: texts, images and audio (16 kHz PCM16), for the next turn,
+    bounded as one answer's prompt is (SOTTO_MAX_TURN_AUDIO_S, SOTTO_GATEWAY_MAX_PROMPT_CHARS, _MAX_IMAGES)."""
 
-    def __init__(self, max_audio_s: float) -> None:
+    def __init__(self, max_audio_s: float, max_chars: int, max_images: int) -> None:
         self.max_bytes = int(max_audio_s * SAMPLE_RATE_IN) * 2
+        self.max_chars, self.max_images = max_chars, max_images
         self.texts: list[str] = []
         self.images: list[bytes] = []
         self.pcm = bytearray()
@@ -66,6 +68,22 @@ class PendingInput:
             raise OpenAIError(f"the user's audio is over {self.max_bytes // 2 // SAMPLE_RATE_IN} s "
                               "(SOTTO_MAX_TURN_AUDIO_S)", code="audio_too_long")
         self.pcm += pcm
+
+    def check_image_room(self, adding: int, param: str) -> None:
+        """Refuse one more image over the limit before it is decoded (`adding`: those of this item so far)."""
+        if len(self.images) + adding >= self.max_images:
+            raise OpenAIError(f"more than {self.max_images} images for one answer (SOTTO_GATEWAY_MAX_IMAGES)",
+                              param=param)
+
+    def hold(self, texts: list[str], images: list[bytes], pcm: bytes) -> None:
+        """What a user item adds, held for the next answer once all of it is known to fit (else none of it)."""
+        if sum(map(len, self.texts + texts)) > self.max_chars:
+            raise OpenAIError(f"the text held for one answer is over {self.max_chars} characters "
+                              "(SOTTO_GATEWAY_MAX_PROMPT_CHARS): send response.create first",
+                              param="item.content", code="context_length_exceeded")
+        self.add_audio(pcm)
+        self.texts += texts
+        self.images += images
 
     def empty(self) -> bool:
         return not (self.texts or self.images or self.pcm)

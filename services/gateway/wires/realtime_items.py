@@ -7,6 +7,7 @@ of `/ws`: the session cuts the answer (and its history entry) to what was heard.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from services.gateway.wires.openai_common import OpenAIError, image_from_url, pcm16
@@ -36,7 +37,8 @@ class Items:
         if not isinstance(content, list) or not content:
             raise OpenAIError("'item.content' must be a non-empty list", param="item.content")
         if role == "user":
-            kept = self._user_parts(content)
+            texts, images, pcm, kept = await asyncio.to_thread(self._user_parts, content)  # images are decoded in it
+            self.rt.pending.hold(texts, images, pcm)  # all of the item, or none of it if it does not fit
         elif role == "assistant":
             kept = self._assistant_parts(content)
         else:
@@ -49,7 +51,8 @@ class Items:
             await self.rt.wire.item_added(stored, conversation.add(stored))
         self.rt.emit(Deferred(added))
 
-    def _user_parts(self, content: list) -> list[dict]:
+    def _user_parts(self, content: list) -> tuple[list[str], list[bytes], bytes, list[dict]]:
+        """A user item's texts, images (decoded and bounded) and audio (resampled), and the parts as kept."""
         gw, pending = self.rt.gw, self.rt.pending
         texts, images, pcm, kept = [], [], bytearray(), []
         for i, part in enumerate(content):
@@ -61,17 +64,16 @@ class Items:
                 texts.append(part["text"])
                 kept.append({"type": "input_text", "text": part["text"]})
             elif kind == "input_image":
-                images.append(image_from_url(part.get("image_url"), gw.max_jpeg_bytes, f"{where}.image_url"))
+                pending.check_image_room(len(images), f"{where}.image_url")
+                images.append(image_from_url(part.get("image_url"), gw.max_jpeg_bytes, gw.max_image_pixels,
+                                             f"{where}.image_url")[0])
                 kept.append({"type": "input_image", "detail": "auto"})  # the bytes are not kept
             elif kind == "input_audio":
                 pcm += self.rt.resampler.whole(pcm16(part.get("audio"), f"{where}.audio"))
                 kept.append({"type": "input_audio", "transcript": None})
             else:
                 raise OpenAIError(f"'{where}' must be an input_text, input_image or input_audio part", param=where)
-        pending.add_audio(bytes(pcm))
-        pending.texts += texts
-        pending.images += images
-        return kept
+        return texts, images, bytes(pcm), kept
 
     def _assistant_parts(self, content: list) -> list[dict]:
         """An answer the client supplies goes into the history as text, after the user's pending text."""
@@ -84,6 +86,9 @@ class Items:
                 raise OpenAIError(f"'item.content[{i}]' must be an output_text part (text) or an output_audio part "
                                   "with a transcript", param=f"item.content[{i}]")
             texts.append(text)
+        if sum(map(len, texts)) > self.rt.gw.max_prompt_chars:
+            raise OpenAIError(f"the answer's text is over {self.rt.gw.max_prompt_chars} characters "
+                              "(SOTTO_GATEWAY_MAX_PROMPT_CHARS)", param="item.content", code="context_length_exceeded")
         user = self.rt.pending.take(turn_id="", t_input_end=0.0)
         self.rt.session.history.remember(user.text, " ".join(texts))
         return [{"type": "output_text", "text": " ".join(texts)}]
