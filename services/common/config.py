@@ -116,6 +116,22 @@ class CommonConfig:
                                    "Fraction of (unified) memory the models may use.", lo=0.05, hi=0.95)
     grpc_max_message_bytes: int = setting("SOTTO_GRPC_MAX_MESSAGE_BYTES", 16 * 1024 * 1024,
                                           "Largest gRPC message accepted or sent.", lo=1024, hi=256 * 1024 * 1024)
+    grpc_keepalive_ms: int = setting(
+        "SOTTO_GRPC_KEEPALIVE_MS", 10000,
+        "How often a gRPC client pings each connection to a service replica; one that does not answer within "
+        "SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS is taken out of the rotation (services/common/channels.py).",
+        lo=1000, hi=3600000)
+    grpc_keepalive_timeout_ms: int = setting("SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS", 3000,
+                                             "How long a keepalive ping may go unanswered.", lo=100, hi=600000)
+    grpc_dns_refresh_ms: int = setting(
+        "SOTTO_GRPC_DNS_REFRESH_MS", 1000,
+        "Shortest time between two DNS look-ups of a service's name (a lost connection triggers one).",
+        lo=100, hi=600000)
+    grpc_max_connection_age_ms: int = setting(
+        "SOTTO_GRPC_MAX_CONNECTION_AGE_MS", 30000,
+        "A gRPC server ends each client connection after about this long (calls in flight finish first), so "
+        "clients look the name up again and find replicas added since (0: never).",
+        lo=0, hi=86400000)
     shutdown_grace_s: float = setting("SOTTO_SHUTDOWN_GRACE_S", 3.0,
                                       "Grace period for in-flight calls on SIGTERM/SIGINT.", lo=0.0, hi=4.5)
 

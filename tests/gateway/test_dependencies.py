@@ -8,6 +8,7 @@ import time
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from services.common.config import CommonConfig
 from services.gateway.dependencies import PROTO_NAMES, Dependencies
 from tests.helpers import eventually
 
@@ -32,7 +33,7 @@ async def _watched(held: list[bool], count: int) -> list[float]:
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    deps = Dependencies(addresses={"vad": f"127.0.0.1:{port}"}, max_message_bytes=65536, poll_s=POLL_S,
+    deps = Dependencies(addresses={"vad": f"127.0.0.1:{port}"}, common=CommonConfig(), poll_s=POLL_S,
                         hold=lambda: held[0])
     try:
         await deps.start()
