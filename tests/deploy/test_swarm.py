@@ -68,7 +68,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                      host_models=model_env.host_model_dir(dict(os.environ)).is_dir())
             yield port
         finally:
-            swarm.down(leave=made_swarm)
+            swarm.down(leave=made_swarm, volumes=True)
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -95,30 +95,45 @@ def _wait_healthz(port: int, timeout_s: float) -> dict:
         time.sleep(1.0)
 
 
+def _llm_metrics(docker, container: str) -> str:
+    """One llm task's own /metrics. On a single node the host reaches each task through docker_gwbridge (a swarm
+    task's link to its node), which answers in milliseconds where `docker exec` takes seconds on a busy machine."""
+    ip = docker.network.inspect("docker_gwbridge").containers[container].ipv4_address.split("/")[0]
+    try:
+        with urllib.request.urlopen(f"http://{ip}:9102/metrics", timeout=5) as reply:
+            return reply.read().decode()
+    except OSError as exc:  # say which task and what the swarm knows of it (a restart shows here)
+        raise AssertionError(f"llm metrics at {ip} ({container[:12]}): {exc}; tasks: {swarm.tasks(docker)}") from exc
+
+
+def _llm_tasks(docker) -> list[dict[str, str]]:
+    return [r for r in swarm.tasks(docker) if r["service"] == "llm" and r["state"] == "running"]
+
+
 def _llm_generations() -> dict[str, float]:
-    """Each running llm task's own count of finished Generate calls, read from its /metrics inside the task."""
+    """Each running llm task's count of finished Generate calls, from its own metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    script = "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:9102/metrics').read().decode())"
     docker = engine.client()
     counts = {}
-    for row in swarm.tasks(docker):
-        if row["service"] != "llm" or row["state"] != "running":
-            continue
-        text = docker.container.execute(row["container"], ["python", "-c", script])
+    for row in _llm_tasks(docker):
+        text = _llm_metrics(docker, row["container"])
         counts[row["task"]] = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
                                   if s.name == "sotto_rpc_total" and s.labels.get("method") == "Generate")
     return counts
 
 
-async def _chat(port: int, text: str, max_tokens: int, on_first_token=None) -> tuple[str, dict | None, float]:
-    """A streamed /v1/chat/completions turn: (text, the error event if any, when the stream ended)."""
+async def _chat(port: int, text: str, max_tokens: int) -> tuple[str, dict | None, float]:
+    """A streamed /v1/chat/completions turn: (text, the error if any, when the reply ended).
+
+    An error before the first token is the HTTP status's body; after it, an error event in the stream."""
     body = {"model": "sotto", "stream": True, "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]}
-    out, error, first = [], None, True
+    out, error = [], None
     async with aiohttp.ClientSession() as http:
         async with http.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body,
                              timeout=aiohttp.ClientTimeout(total=TURN_DEADLINE_S * 2)) as reply:
-            assert reply.status == 200, await reply.text()
+            if reply.status != 200:
+                return "", (await reply.json())["error"], time.monotonic()
             async for line in reply.content:
                 if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
                     continue
@@ -126,11 +141,7 @@ async def _chat(port: int, text: str, max_tokens: int, on_first_token=None) -> t
                 if "error" in event:
                     error = event["error"]
                     break
-                delta = event["choices"][0]["delta"].get("content") or ""
-                out.append(delta)
-                if delta and first and on_first_token:
-                    first = False
-                    await on_first_token()
+                out.append(event["choices"][0]["delta"].get("content") or "")
     return "".join(out), error, time.monotonic()
 
 
@@ -140,8 +151,9 @@ def test_deployed_and_healthy(stack: int) -> None:
     assert all(r["state"] == "running" for r in rows), rows
     body = _wait_healthz(stack, 60)
     assert body["dependencies"] == {"vad": "SERVING", "llm": "SERVING", "tts": "SERVING", "asr": "SERVING"}, body
-    modes = {swarm._short_name(s): s.endpoint.spec.mode for s in swarm._services(engine.client())}
-    assert modes == {"vad": "dnsrr", "llm": "dnsrr", "tts": "dnsrr", "asr": "dnsrr", "gateway": "dnsrr"}, modes
+    # dnsrr: no virtual IP, the service's name resolves to its tasks' addresses
+    vips = {swarm._short_name(s): s.endpoint.virtual_ips for s in swarm._services(engine.client())}
+    assert not any(vips.values()), vips
 
 
 async def test_a_typed_and_a_spoken_turn_through_the_published_gateway(stack: int, utterance) -> None:
@@ -173,12 +185,14 @@ async def test_scaled_to_three_llm_replicas_turns_spread_over_all(stack: int) ->
         await asyncio.sleep(1.0)
     figure("replicas all in use after scaling to 3, s", round(time.monotonic() - t0, 1))
     start = _llm_generations()
-    for _ in range(9):
+    for _ in range(12):
         _, error, _ = await _chat(stack, "Say hi.", 5)
         assert error is None, error
     spread = {t: int(_llm_generations()[t] - start[t]) for t in start}
-    figure("turns per llm replica for 9 turns", sorted(spread.values()))
-    assert sorted(spread.values()) == [3, 3, 3], spread
+    figure("turns per llm replica for 12 turns", sorted(spread.values()))
+    # round_robin starts each new rotation (a connection aged out or came back) at a random replica, so the
+    # shares vary (by several turns in 12 when connections age out meanwhile): every replica takes turns.
+    assert sum(spread.values()) == 12 and min(spread.values()) >= 1, spread
 
 
 async def test_an_llm_task_killed_mid_turn(stack: int) -> None:
@@ -186,20 +200,20 @@ async def test_an_llm_task_killed_mid_turn(stack: int) -> None:
     killed: dict[str, float | str] = {}
 
     async def kill_the_busy_replica() -> None:
-        for row in swarm.tasks(docker):
-            if row["service"] != "llm" or row["state"] != "running":
-                continue
-            script = ("import urllib.request;print(urllib.request.urlopen("
-                      "'http://127.0.0.1:9102/metrics').read().decode())")
-            text = docker.container.execute(row["container"], ["python", "-c", script])
-            if "sotto_llm_active_requests 1.0" in text:
-                docker.container.kill(row["container"])
-                killed.update(task=row["task"], at=time.monotonic())
-                return
+        """Kill the task that holds the turn's generation (prefill or decode) as soon as its metrics show it."""
+        while True:
+            for row in _llm_tasks(docker):
+                if "sotto_llm_active_requests 1.0" in _llm_metrics(docker, row["container"]):
+                    docker.container.kill(row["container"])
+                    killed.update(task=row["task"], at=time.monotonic())
+                    return
+            await asyncio.sleep(0.05)
 
-    text, error, ended = await _chat(stack, "Count from one to two hundred in words, separated by commas.", 400,
-                                     on_first_token=kill_the_busy_replica)
-    assert killed, f"no replica was generating (the answer had finished: {text!r})"
+    # A prompt the small offline model answers at full length, so the turn is long enough to be caught.
+    killer = asyncio.create_task(kill_the_busy_replica())
+    text, error, ended = await _chat(stack, "Continue this sequence up to 300: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", 300)
+    killer.cancel()
+    assert killed, f"no replica was seen generating (the answer had finished: {text!r})"
     assert error is not None, f"the turn on the killed replica ended without an error: {text!r}"
     error_s = ended - killed["at"]
     figure("failover error time (kill -> error event), s", round(error_s, 2))
@@ -238,7 +252,7 @@ async def test_a_gateway_task_lost_ends_its_sessions_and_a_reconnect_starts_anew
 
 
 def test_down_removes_the_stack(stack: int) -> None:
-    swarm.down()
+    swarm.down(volumes=True)
     assert swarm.ps() == []
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{stack}/healthz", timeout=3)

@@ -37,7 +37,7 @@ def run_swarm(args: argparse.Namespace) -> None:
         for r in [{k: k.upper() for k in keys}, *rows]:
             print("  ".join(r[k].ljust(widths[k]) for k in keys).rstrip())
     elif args.swarm_command == "down":
-        swarm.down(leave=args.leave)
+        swarm.down(leave=args.leave, volumes=args.volumes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--timeout", type=float, default=swarm.UP_TIMEOUT_S)
     swarm_cmd.add_parser("ps", help="the stack's tasks and their state")
     q = swarm_cmd.add_parser("down", help="remove the stack")
+    q.add_argument("--volumes", action="store_true", help="also remove the stack's volumes (the model cache!)")
     q.add_argument("--leave", action="store_true", help="also leave the swarm (docker swarm leave --force)")
     sub.add_parser("doctor", help="say whether a Docker engine and compose v2 are usable here")
     sub.add_parser("engine", help="Linux, root: install Debian's docker.io if needed and start dockerd")

@@ -203,8 +203,9 @@ def ps() -> list[dict[str, str]]:
     return [r for r in tasks(client()) if r["desired"] == "running" or r["error"]]
 
 
-def down(leave: bool = False, timeout_s: float = 60.0) -> None:
-    """Remove the stack and wait until its tasks and network are gone; with `leave`, leave the swarm too."""
+def down(leave: bool = False, volumes: bool = False, timeout_s: float = 60.0) -> None:
+    """Remove the stack and wait until its tasks and network are gone; with `volumes` its volumes too (the model
+    cache!), with `leave` the swarm as well."""
     docker = client()
     if docker.info().swarm.local_node_state == "active":
         if _services(docker):
@@ -216,7 +217,9 @@ def down(leave: bool = False, timeout_s: float = 60.0) -> None:
             if time.monotonic() > deadline:
                 raise ComposeError(f"stack {stack_name()}: containers or network still there after {timeout_s:.0f} s")
             time.sleep(1.0)
-        say(f"stack {stack_name()} removed")
+        if volumes:
+            docker.volume.remove(docker.volume.list(filters=[("label", label)]))
+        say(f"stack {stack_name()} removed" + (" with its volumes" if volumes else ""))
         if leave:
             docker.swarm.leave(force=True)
             say("left the swarm")
