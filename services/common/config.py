@@ -9,91 +9,17 @@ the code: a test compares the two.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 
-class ConfigError(ValueError):
-    """One or more `SOTTO_*` variables hold values the service cannot use."""
-
-
-def setting(env: str, default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
-            choices: tuple[str, ...] | None = None, shown: str | None = None) -> Any:
-    """Declare a dataclass field bound to an environment variable, with its accepted range or choices.
-
-    `shown` is the default as the documentation states it, where the value itself depends on the machine.
-    """
-    meta = {"env": env, "doc": doc, "lo": lo, "hi": hi, "choices": choices, "shown": shown}
-    return field(default=default, metadata=meta)
-
-
-def accepted(f: dataclasses.Field) -> str:
-    m = f.metadata
-    if m["choices"]:
-        return "one of " + ", ".join(m["choices"])
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "text", Path: "a path"}.get(
-        _base_type(f), "a value")
-    if m["lo"] is not None and m["hi"] is not None:
-        return f"{kind} from {m['lo']} to {m['hi']}"
-    if m["lo"] is not None:
-        return f"{kind} >= {m['lo']}"
-    return kind
-
-
-def _base_type(f: dataclasses.Field) -> type:
-    t = f.type if isinstance(f.type, str) else f.type.__name__
-    t = t.replace(" | None", "").strip()
-    return {"bool": bool, "int": int, "float": float, "str": str, "Path": Path}[t]
-
-
-def _parse(f: dataclasses.Field, raw: str) -> Any:
-    typ = _base_type(f)
-    if typ is bool:
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError
-    if typ is Path:
-        return Path(os.path.expanduser(raw)) if raw else None
-    value = typ(raw.strip()) if typ is not str else raw
-    m = f.metadata
-    if m["choices"] and value not in m["choices"]:
-        raise ValueError
-    if m["lo"] is not None and value < m["lo"]:
-        raise ValueError
-    if m["hi"] is not None and value > m["hi"]:
-        raise ValueError
-    return value
-
+from services.common.config_fields import ConfigError, accepted, load, setting  # noqa: F401 (the API)
 
 T = TypeVar("T")
-
-
-def load(cls: type[T], environ: Mapping[str, str] | None = None) -> T:
-    """Build `cls` from the environment; collect every bad value into one ConfigError."""
-    environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for f in dataclasses.fields(cls):
-        env = f.metadata.get("env")
-        if env is None:
-            continue
-        if env in environ:
-            raw = environ[env]
-            try:
-                values[f.name] = _parse(f, raw)
-            except (ValueError, TypeError):
-                problems.append(f"{env}={raw!r} is not valid: expected {accepted(f)}")
-    if problems:
-        raise ConfigError("; ".join(problems))
-    return cls(**values)
 
 
 def _home_cache() -> Path:
@@ -116,6 +42,22 @@ class CommonConfig:
                                    "Fraction of (unified) memory the models may use.", lo=0.05, hi=0.95)
     grpc_max_message_bytes: int = setting("SOTTO_GRPC_MAX_MESSAGE_BYTES", 16 * 1024 * 1024,
                                           "Largest gRPC message accepted or sent.", lo=1024, hi=256 * 1024 * 1024)
+    grpc_keepalive_ms: int = setting(
+        "SOTTO_GRPC_KEEPALIVE_MS", 10000,
+        "How often a gRPC client pings each connection to a service replica; one that does not answer within "
+        "SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS is taken out of the rotation (services/common/channels.py).",
+        lo=1000, hi=3600000)
+    grpc_keepalive_timeout_ms: int = setting("SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS", 3000,
+                                             "How long a keepalive ping may go unanswered.", lo=100, hi=600000)
+    grpc_dns_refresh_ms: int = setting(
+        "SOTTO_GRPC_DNS_REFRESH_MS", 1000,
+        "Shortest time between two DNS look-ups of a service's name (a lost connection triggers one).",
+        lo=100, hi=600000)
+    grpc_max_connection_age_ms: int = setting(
+        "SOTTO_GRPC_MAX_CONNECTION_AGE_MS", 30000,
+        "A gRPC server ends each client connection after about this long (calls in flight finish first), so "
+        "clients look the name up again and find replicas added since (0: never).",
+        lo=0, hi=86400000)
     shutdown_grace_s: float = setting("SOTTO_SHUTDOWN_GRACE_S", 3.0,
                                       "Grace period for in-flight calls on SIGTERM/SIGINT.", lo=0.0, hi=4.5)
 

@@ -107,7 +107,7 @@ def create_app(settings: config.Settings) -> web.Application:
                    "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
                    "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port),
                    "asr": config.grpc_address(gw.asr_addr, common.host, settings.asr.port)},
-        max_message_bytes=common.grpc_max_message_bytes, poll_s=gw.health_poll_ms / 1000,
+        common=common, poll_s=gw.health_poll_ms / 1000,
         hold=lambda: any(session.awaiting_first_audio() for session in app[SESSIONS]))
     app[SESSIONS] = weakref.WeakSet()
     app[PER_CLIENT] = Counter()

@@ -14,6 +14,9 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.channels import open_channel
+from services.common.config import CommonConfig
+
 _LOGGER = logging.getLogger(__name__)
 
 PROTO_NAMES = {"vad": "sotto.v1.VadService", "llm": "sotto.v1.LlmService", "tts": "sotto.v1.TtsService",
@@ -25,13 +28,9 @@ REQUIRED = ("vad", "llm", "tts")
 class Dependencies:
     """Channels to vad, llm, tts and asr, with their health kept current."""
 
-    def __init__(self, *, addresses: dict[str, str], max_message_bytes: int, poll_s: float = 1.0,
+    def __init__(self, *, addresses: dict[str, str], common: CommonConfig, poll_s: float = 1.0,
                  hold: Callable[[], bool] = lambda: False) -> None:
-        # round_robin spreads calls over every address a name resolves to, so `dns:///llm:50052` with
-        # `docker compose --scale llm=N` uses all replicas; with one address it behaves like pick_first.
-        self._options = [("grpc.max_receive_message_length", max_message_bytes),
-                         ("grpc.max_send_message_length", max_message_bytes),
-                         ("grpc.lb_policy_name", "round_robin")]
+        self._common = common  # the channels' options: every replica behind a name (services.common.channels)
         self.addresses = addresses
         self.poll_s = poll_s  # SOTTO_GATEWAY_HEALTH_POLL_MS; also each check's timeout
         # While `hold()` is true (a turn waits for its first audio), a check that is due waits one more interval.
@@ -69,7 +68,7 @@ class Dependencies:
 
     async def start(self) -> None:
         """Open the channels inside the running loop (grpc.aio channels belong to the loop that made them)."""
-        self.channels = {name: grpc.aio.insecure_channel(addr, options=self._options)
+        self.channels = {name: open_channel(addr, self._common, PROTO_NAMES[name])
                          for name, addr in self.addresses.items()}
         self._tasks = [asyncio.create_task(self._watch(n), name=f"health::{n}") for n in self.channels]
 
