@@ -58,7 +58,7 @@ def human_cache() -> Path:
 class PipecatSide:
     """The Pipecat runner as a child process: one JSON request a line in, one `RESULT` line out."""
 
-    def __init__(self, llm_url: str, system_prompt: str, aligned: bool, log: Path) -> None:
+    def __init__(self, llm_url: str, system_prompt: str, aligned: bool, log: Path, calibrate: list[str]) -> None:
         if not PIPECAT_PYTHON.exists():
             raise RuntimeError(f"{PIPECAT_PYTHON} is missing: `make bench-peers` builds Pipecat's venv "
                                "(tools/bench/requirements-peers.txt)")
@@ -66,7 +66,7 @@ class PipecatSide:
         with open(log, "w") as err:  # -P: the script's folder (tools/bench) must not shadow Pipecat's imports
             self.proc = subprocess.Popen(
                 [str(PIPECAT_PYTHON), "-P", str(RUNNER), "--llm-url", llm_url, "--system-prompt", system_prompt,
-                 *(["--aligned"] if aligned else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                 *(["--aligned"] if aligned else []), "--calibrate", *calibrate], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=err, text=True, cwd=log.parent, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         self.settings = json.loads(self._line("READY "))
 
@@ -181,7 +181,8 @@ def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: f
         try:
             system_prompt = config.load(config.GatewayConfig, stack.env).system_prompt
             result["config"]["sotto"] = sotto_settings(stack.env, instruct)
-            pipecat = PipecatSide(f"{stack.http_url}/v1", system_prompt, aligned, work / "pipecat.log")
+            pipecat = PipecatSide(f"{stack.http_url}/v1", system_prompt, aligned, work / "pipecat.log",
+                                  [f"{wavs[c.name]}:{c.speech_end_s}" for c in clips])
             result["config"]["pipecat"] = pipecat.settings
             rows = []
             order = schedule([c.name for c in clips], rounds)
@@ -201,7 +202,8 @@ def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: f
                             turn = asyncio.run(sotto_turn(stack.ws_url, clip, timeout)) if side == "sotto" \
                                 else pipecat.turn(wavs[name], clip, timeout)
                             rows.append({"pair": index, "clip": name, "source": clip.source, "side": side,
-                                         "went_first": sides[0] == side, **turn})
+                                         "went_first": sides[0] == side, "load_1m": stats.load_average()[0],
+                                         **turn})
                             bar.update(1)
                 finally:
                     pipecat.close()

@@ -56,6 +56,8 @@ def summarize(result: dict) -> dict:
     target = result["config"]["target_ratio_p50"]
     ratio50, ci50 = stats.ratio_ci([s for s, _ in paired], [p for _, p in paired], 50)
     ratio95, ci95 = stats.ratio_ci([s for s, _ in paired], [p for _, p in paired], 95)
+    loads = [r["load_1m"] for r in rows if "load_1m" in r]
+    out["load_1m"] = stats.summary(loads) if loads else None
     out["ratio"] = {"pairs": len(paired), "p50": ratio50, "p50_ci95": ci50, "p95": ratio95, "p95_ci95": ci95,
                     "target_p50": target, "verdict": verdict(ratio50, ci50, target)}
     floor = result.get("floor", [])
@@ -80,15 +82,17 @@ def print_peers(r: dict) -> None:
     print(f"\nSotto vs Pipecat {r['started_at']}, commit {r.get('commit')}: {m['cpu']}, {m['cores']} cores, load "
           f"average {' '.join(map(str, m['load_average']))} (start) / "
           f"{' '.join(map(str, m.get('load_average_end', [])))} (end)")
+    if s.get("load_1m"):
+        print(f"1-minute load average during the turns: p50 {s['load_1m']['p50']}, max {s['load_1m']['max']}")
     print(f"{len(r['clips'])} clips ({', '.join(c['name'] for c in r['clips'])}), {r['config']['rounds']} rounds, "
           "sides alternating pair by pair")
     print("\nTime to first audio, ms after the end of speech (p50 / p95), and when each milestone came (p50)")
-    print(f"{'side':<9}{'ok':>8}{'TTFA p50':>10}{'95% CI':>12}{'p95':>7}" + "".join(f"{m:>17}" for m in MILESTONES)
+    print(f"{'side':<9}{'ok':>8}{'TTFA p50':>10}{'95% CI':>14}{'p95':>7}" + "".join(f"{m:>17}" for m in MILESTONES)
           + f"{'over floor':>12}")
     for side in SIDES:
         x = s[side]
         print(f"{side:<9}{x['ok']:>4}/{x['turns']:<3}{_f(x['ttfa_ms']['p50']):>10}"
-              f"{_ci(x['ttfa_p50_ci95_ms'], 0):>12}{_f(x['ttfa_ms']['p95']):>7}"
+              f"{_ci(x['ttfa_p50_ci95_ms'], 0):>14}{_f(x['ttfa_ms']['p95']):>7}"
               + "".join(f"{_f(x['milestones_ms'][k]['p50']):>17}" for k in MILESTONES)
               + f"{_f(x['over_floor_p50_ms']):>12}")
         for src, summary in x["by_source"].items():
