@@ -30,8 +30,9 @@ from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADParams
-from pipecat.frames.frames import (ErrorFrame, InputAudioRawFrame, LLMFullResponseEndFrame, LLMTextFrame, TranscriptionFrame,
-                                   TTSAudioRawFrame, UserStoppedSpeakingFrame, VADUserStoppedSpeakingFrame)
+from pipecat.frames.frames import (ErrorFrame, InputAudioRawFrame, LLMFullResponseEndFrame, LLMTextFrame,
+                                   TranscriptionFrame, TTSAudioRawFrame, TTSStoppedFrame, UserStoppedSpeakingFrame,
+                                   VADUserStoppedSpeakingFrame)
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -85,13 +86,18 @@ class AlignedWhisper(WhisperSTTService):
 
 
 class Stamps(BaseObserver):
-    """The monotonic time each milestone frame was first pushed, and the reply's text."""
+    """The monotonic time each milestone frame was first pushed, and the reply's text.
+
+    Audio counts only after this clip's user turn has ended: audio before that is the previous reply's tail
+    (or is cut by the interruption this clip's speech causes), not an answer to this clip. A reply is over
+    when the LLM has finished and the TTS has spoken all of it (`done`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: dict[str, float] = {}
         self.texts: dict[str, str] = {}
         self.done = asyncio.Event()
+        self.last_audio = 0.0
 
     def reset(self) -> None:
         self.seen, self.texts = {}, {}
@@ -99,18 +105,29 @@ class Stamps(BaseObserver):
 
     async def on_push_frame(self, data: FramePushed) -> None:
         now = time.monotonic()
+        if isinstance(data.frame, TTSAudioRawFrame):
+            self.last_audio = now
+        if isinstance(data.frame, TTSStoppedFrame) and "llm_done" in self.seen:
+            self.done.set()
         for kind, name in MILESTONES.items():
+            if kind is TTSAudioRawFrame and "turn_end" not in self.seen:
+                continue
             if isinstance(data.frame, kind):
                 self.seen.setdefault(name, now)
                 if kind is TranscriptionFrame:
                     self.texts["transcript"] = data.frame.text.strip()
                 elif kind is LLMTextFrame and data.source.name.startswith("OpenAILLMService"):
                     self.texts["reply"] = self.texts.get("reply", "") + data.frame.text
-                if kind is LLMFullResponseEndFrame:
-                    self.done.set()
         if isinstance(data.frame, ErrorFrame):
             self.texts["error"] = str(data.frame.error)
-            self.done.set()
+            if data.source.name.startswith("OpenAILLMService"):  # no reply is coming
+                self.done.set()
+
+    async def quiet(self, seconds: float, timeout: float) -> None:
+        """Until no audio has come for `seconds` (the reply's tail has been spoken), at most `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and time.monotonic() - self.last_audio < seconds:
+            await asyncio.sleep(0.05)
 
 
 def settings_of(args: argparse.Namespace) -> dict:
@@ -216,6 +233,7 @@ async def one_clip(worker: PipelineWorker, context: LLMContext, stamps: Stamps, 
         await asyncio.wait_for(stamps.done.wait(), request["timeout_s"])
     except asyncio.TimeoutError:
         pass
+    await stamps.quiet(0.5, request["timeout_s"])
     out = {"outcome": "ok" if "first_audio" in stamps.seen else "no audio", "frames_sent": i,
            "transcript": stamps.texts.get("transcript", ""), "reply": stamps.texts.get("reply", ""),
            "error": stamps.texts.get("error", "")}
