@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="Pipecat's Whisper greedy on every core, as Sotto's asr (default: Pipecat's settings)")
     peers.add_argument("--clips", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
                        help="only these clips (names as printed), comma list")
+    peers.add_argument("--set", action="append", default=[], metavar="SOTTO_X=VALUE",
+                       help="a Sotto setting other than the product's default (labelled so in the results)")
     peers.add_argument("--out", type=Path, default=Path("bench/results"))
     peers.add_argument("--keep-work", action="store_true", help="keep the clips and the logs")
     tts = sub.add_parser("tts", help="first chunk and RTF of speech engines, alone, on the same answers")
@@ -64,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "peers":
         from tools.bench.peers import run_peers
 
-        run_peers(args.rounds, args.out, args.timeout, args.aligned, args.floor_rounds, args.keep_work, args.clips)
+        changed = dict(item.split("=", 1) for item in args.set)
+        if any(not k.startswith("SOTTO_") for k in changed):
+            parser.error(f"--set takes SOTTO_NAME=VALUE (docs/settings.md), got {', '.join(args.set)}")
+        run_peers(args.rounds, args.out, args.timeout, args.aligned, args.floor_rounds, args.keep_work, args.clips,
+                  changed)
         return 0
     if args.command == "units":
         from tools.bench import components

@@ -52,7 +52,8 @@ TARGET_RATIO_P50 = 0.8
 
 
 def human_cache() -> Path:
-    return Path(os.environ.get("SOTTO_SPEECH_CACHE") or model_dir().parent / "human-speech")
+    """Where the human-speech packages are unpacked: beside the model cache, outside the repository."""
+    return model_dir().parent / "human-speech"
 
 
 class PipecatSide:
@@ -158,17 +159,22 @@ def _clips(work: Path) -> list[Clip]:
 
 
 def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: float = 20.0, aligned: bool = False,
-              floor_rounds: int = 2, keep_work: bool = False, clip_names: tuple[str, ...] = ()) -> dict:
+              floor_rounds: int = 2, keep_work: bool = False, clip_names: tuple[str, ...] = (),
+              stack_env: dict[str, str] | None = None) -> dict:
     """`rounds`: every clip this many times per side; `aligned`: Pipecat's Whisper greedy on every core, as
-    Sotto's asr (its documented settings otherwise)."""
+    Sotto's asr (its documented settings otherwise); `stack_env`: SOTTO_* settings that differ from the
+    product's defaults (the results name them as such)."""
+    changed = dict(stack_env or {})
     began = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="sotto-peers-"))
     result: dict = {"started_at": stamp, "machine": stats.machine(), "commit": stats.commit(),
-                    "command": f"python -m tools.bench peers --rounds {rounds}" + (" --aligned" if aligned else ""),
+                    "command": f"python -m tools.bench peers --rounds {rounds}" + (" --aligned" if aligned else "")
+                    + "".join(f" --set {k}={v}" for k, v in changed.items()),
                     "config": {"rounds": rounds, "frame_ms": FRAME_MS, "timeout_s": timeout,
-                               "target_ratio_p50": TARGET_RATIO_P50}}
+                               "target_ratio_p50": TARGET_RATIO_P50,
+                               "not_product_defaults": changed}}
     try:
         clips = [c for c in _clips(work) if not clip_names or c.name in clip_names]
         wavs = {c.name: write_clip(c, work) for c in clips}
@@ -177,7 +183,7 @@ def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: f
                             "speech_end_s": round(c.speech_end_s, 3)} for c in clips]
         (work / "stack").mkdir()
         instruct = model_dir() / "offline" / OFFLINE_MODEL
-        stack = start_stack(work / "stack", SOTTO_LLM_MODEL=str(instruct), **STACK_ENV)
+        stack = start_stack(work / "stack", SOTTO_LLM_MODEL=str(instruct), **STACK_ENV, **changed)
         try:
             system_prompt = config.load(config.GatewayConfig, stack.env).system_prompt
             result["config"]["sotto"] = sotto_settings(stack.env, instruct)

@@ -82,6 +82,9 @@ def print_peers(r: dict) -> None:
     print(f"\nSotto vs Pipecat {r['started_at']}, commit {r.get('commit')}: {m['cpu']}, {m['cores']} cores, load "
           f"average {' '.join(map(str, m['load_average']))} (start) / "
           f"{' '.join(map(str, m.get('load_average_end', [])))} (end)")
+    if r["config"].get("not_product_defaults"):
+        print("NOT Sotto's product defaults: " + ", ".join(f"{k}={v}" for k, v in
+                                                         r["config"]["not_product_defaults"].items()))
     if s.get("load_1m"):
         print(f"1-minute load average during the turns: p50 {s['load_1m']['p50']}, max {s['load_1m']['max']}")
     print(f"{len(r['clips'])} clips ({', '.join(c['name'] for c in r['clips'])}), {r['config']['rounds']} rounds, "
