@@ -1,5 +1,6 @@
-"""Command line: `run` (the whole benchmark), `peers` (Sotto beside a Pipecat pipeline of the same models), `tts` (speech engines side by side), `units` (how long the first unit of
-speech may be) and `compare A.json B.json`."""
+"""Command line: `run` (the whole benchmark), `peers` (Sotto beside a Pipecat pipeline of the same models),
+`tts` (speech engines side by side), `units` (how long the first unit of speech may be) and
+`compare A.json B.json`."""
 
 from __future__ import annotations
 

@@ -67,8 +67,9 @@ class PipecatSide:
         with open(log, "w") as err:  # -P: the script's folder (tools/bench) must not shadow Pipecat's imports
             self.proc = subprocess.Popen(
                 [str(PIPECAT_PYTHON), "-P", str(RUNNER), "--llm-url", llm_url, "--system-prompt", system_prompt,
-                 *(["--aligned"] if aligned else []), "--calibrate", *calibrate], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=err, text=True, cwd=log.parent, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                 *(["--aligned"] if aligned else []), "--calibrate", *calibrate], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=err, text=True, cwd=log.parent,
+                env={**os.environ, "HF_HUB_OFFLINE": "1"})
         self.settings = json.loads(self._line("READY "))
 
     def _line(self, prefix: str) -> str:

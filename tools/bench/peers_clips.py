@@ -33,7 +33,8 @@ _PS = "usr/share/pocketsphinx/test/data"
 # (name, path in the unpacked packages, what is said): complete sentences, so both end-of-turn models should
 # let them go; a mix of one prompt voice and several read-speech lengths.
 HUMAN = (
-    ("allison_cannot_complete", f"{_ALLISON}/cannot-complete-as-dialed.wav", "Your call cannot be completed as dialed."),
+    ("allison_cannot_complete", f"{_ALLISON}/cannot-complete-as-dialed.wav",
+     "Your call cannot be completed as dialed."),
     ("allison_only_person", f"{_ALLISON}/conf-onlyperson.wav", "You are currently the only person in this conference."),
     ("allison_wait_for_leader", f"{_ALLISON}/conf-waitforleader.wav",
      "The conference will begin when the leader arrives."),

@@ -82,6 +82,11 @@ def print_peers(r: dict) -> None:
     print(f"\nSotto vs Pipecat {r['started_at']}, commit {r.get('commit')}: {m['cpu']}, {m['cores']} cores, load "
           f"average {' '.join(map(str, m['load_average']))} (start) / "
           f"{' '.join(map(str, m.get('load_average_end', [])))} (end)")
+    sotto, pipecat = r["config"]["sotto"], r["config"]["pipecat"]
+    print(f"Sotto: {sotto['client']}; vad {sotto['vad']}; asr {sotto['asr']}; llm {sotto['llm_model']} "
+          f"(threads {sotto['llm_threads']}, max {sotto['max_new_tokens']} tokens); tts {sotto['tts']}")
+    print(f"Pipecat {pipecat['pipecat_ai']}: vad {pipecat['vad']}; turn {pipecat['turn']}; interruptions "
+          f"{pipecat['interruptions']}; stt {pipecat['stt']}; llm {pipecat['llm']}; tts {pipecat['tts']}")
     if r["config"].get("not_product_defaults"):
         print("NOT Sotto's product defaults: " + ", ".join(f"{k}={v}" for k, v in
                                                          r["config"]["not_product_defaults"].items()))
