@@ -10,7 +10,7 @@ export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
 .PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo up down status logs test soak bench report \
-        compose-up compose-down compose-ps compose-logs swarm-up swarm-scale swarm-ps swarm-down k8s-tools docker-engine docker-engine-stop clean
+        bench-peers compose-up compose-down compose-ps compose-logs swarm-up swarm-scale swarm-ps swarm-down k8s-tools docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -91,6 +91,18 @@ soak: install system-deps web-assets models-offline
 bench: install system-deps web-assets models-offline
 	$(PY) -m tools.bench run
 
+# Sotto beside a Pipecat pipeline of the same models, turn by turn on the same clips (docs/performance.md).
+# Pipecat has its own venv: it pins protobuf<7, which Sotto's stubs cannot run on.
+PEERS_VENV := .venv-pipecat
+$(PEERS_VENV)/.installed: tools/bench/requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -r tools/bench/requirements-peers.txt
+	touch $@
+
+bench-peers: install system-deps web-assets models-offline $(PEERS_VENV)/.installed
+	$(PY) -m tools.bench peers
+
 # Semantic end of turn against silence alone, on generated speech (bench/results/eval_turns.json).
 eval-turns: install system-deps turn-model
 	$(PY) -m tools.eval.turns
@@ -152,4 +164,4 @@ docker-engine-stop: install
 	$(PY) -m tools.compose engine-stop
 
 clean:
-	rm -rf $(VENV) $(KIT_VENV) $(K8S_VENV) run build
+	rm -rf $(VENV) $(KIT_VENV) $(K8S_VENV) $(PEERS_VENV) run build
