@@ -264,6 +264,10 @@ class LlmEngine:
         self._check(request)
         return Generation(self, request)
 
+    def tokenize(self, text: str) -> list[int]:
+        """The model's own token ids for `text` (no chat template)."""
+        return list(self._engine.tokenize(text))
+
     def warmup(self) -> Finished:
         """A real short generation through every encoder the model has (shaders compile, caches fill)."""
         request = GenerateRequest(
