@@ -55,21 +55,50 @@ def kit_model(request):
     return {"tiny-multimodal": TINY_MM, "tiny-text": TINY_TEXT}[request.param]
 
 
+def _greedy(model, backend: str, activations: str, prompts, cache) -> list[tuple[str, list[int]]]:
+    engine = LlmEngine(EngineConfig(model_path=str(model), cache_dir=str(cache), backend=backend,
+                                    gpu_activations=activations, gpu_check=False))
+    try:
+        assert engine.info.backend == backend
+        replies = []
+        for prompt in prompts:
+            *_, done = engine.generate(GenerateRequest(text=prompt, sampling=Sampling.greedy(CHECK_TOKENS)))
+            replies.append((done.text, engine.tokenize(done.text)))
+        return replies
+    finally:
+        engine.close()
+
+
 def test_each_kit_model_answers_on_the_gpu_as_on_the_cpu(kit_model, tmp_path):
-    """Unchecked GPU engine against the CPU engine: greedy replies to three prompts agree token for token."""
-    replies = {}
-    for backend in ("gpu", "cpu"):
-        engine = LlmEngine(EngineConfig(model_path=str(kit_model), cache_dir=str(tmp_path / backend), backend=backend,
-                                        gpu_check=False))
-        try:
-            assert engine.info.backend == backend
-            replies[backend] = []
-            for prompt in PROMPTS:
-                *_, done = engine.generate(GenerateRequest(text=prompt, sampling=Sampling.greedy(CHECK_TOKENS)))
-                replies[backend].append((done.text, engine.tokenize(done.text)))
-        finally:
-            engine.close()
-    for prompt, (gpu_text, gpu_ids), (cpu_text, cpu_ids) in zip(PROMPTS, replies["gpu"], replies["cpu"]):
-        assert gpu_text.strip() or not cpu_text.strip(), f"the GPU said nothing to {prompt!r} (the CPU said {cpu_text!r})"
-        same, agreed = selfcheck.agreement(cpu_ids, gpu_ids, CHECK_TOKENS)
-        assert same, f"{prompt!r}: the GPU left the CPU after {agreed} tokens: GPU {gpu_text!r}, CPU {cpu_text!r}"
+    """Unchecked engines, the service's GPU settings: on the self-check's prompt the GPU's first greedy tokens equal
+    the CPU's (the rule `auto` applies at start); on other prompts the GPU gives a real reply wherever the CPU does
+    (text, none of the model's special tokens). Exact agreement is not asked there: the two backends compute with
+    different arithmetic, and a 135M model's greedy choice at a near-tie can go either way (docs/gpu.md)."""
+    prompts = (selfcheck.PROMPT, *PROMPTS)
+    gpu_replies = _greedy(kit_model, "gpu", EngineConfig.gpu_activations, prompts, tmp_path / "gpu")
+    cpu_replies = _greedy(kit_model, "cpu", EngineConfig.gpu_activations, prompts, tmp_path / "cpu")
+    (gpu_text, gpu_ids), (cpu_text, cpu_ids) = gpu_replies[0], cpu_replies[0]
+    same, agreed = selfcheck.agreement(cpu_ids, gpu_ids, CHECK_TOKENS)
+    assert same, f"the check prompt: the GPU left the CPU after {agreed} tokens: GPU {gpu_text!r}, CPU {cpu_text!r}"
+    for prompt, (gpu_text, _), (cpu_text, _) in zip(prompts, gpu_replies, cpu_replies):
+        if cpu_text.strip() and "<|" not in cpu_text:
+            assert gpu_text.strip() and "<|" not in gpu_text, f"{prompt!r}: GPU {gpu_text!r}, CPU {cpu_text!r}"
+
+
+def test_fp16_activations_are_caught_where_they_break_smollm2(instruct_model, tmp_path):
+    """LiteRT-LM's own GPU default (fp16 activations) makes SmolLM2 emit <|endoftext|> at every step on an H100:
+    the self-check must refuse it (auto then serves on the CPU, and says why). On a GPU where fp16 computes this model
+    right, the check passes and the GPU serves: either way the service never answers with garbage."""
+    engine = LlmEngine(EngineConfig(model_path=str(instruct_model), cache_dir=str(tmp_path), gpu_activations="fp16"))
+    try:
+        check = engine.gpu_check
+        assert check is not None and check.cpu_text.strip()
+        if check.passed:
+            assert engine.info.backend == "gpu" and check.gpu_text == check.cpu_text
+        else:
+            assert engine.info.backend == "cpu"
+            assert "the GPU failed the self-check (SOTTO_LLM_GPU_ACTIVATIONS=fp16)" in engine.info.backend_reason
+        *_, done = engine.generate(GenerateRequest(text=selfcheck.PROMPT, sampling=Sampling.greedy(12)))
+        assert "<|" not in done.text and "paris" in done.text.lower(), done.text
+    finally:
+        engine.close()
