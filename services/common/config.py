@@ -167,8 +167,8 @@ class LlmConfig:
                            choices=("auto", "cpu", "gpu"))
     gpu_activations: str = setting("SOTTO_LLM_GPU_ACTIVATIONS", "fp32",
                                    "Activation precision of the model on the GPU. fp16 is LiteRT-LM's own GPU "
-                                   "default and faster, but overflows in some models (SmolLM2 answers nothing); "
-                                   "the self-check still guards it (docs/gpu.md).", choices=("fp32", "fp16"))
+                                   "default; it breaks some models (SmolLM2 answers <|endoftext|> only), and the "
+                                   "self-check still guards it (docs/gpu.md).", choices=("fp32", "fp16"))
     gpu_check: bool = setting("SOTTO_LLM_GPU_CHECK", True,
                               "Before serving on the GPU, compare a short greedy reply with the CPU's; on a mismatch "
                               "auto serves on the CPU and gpu stops with an error (docs/gpu.md).")
