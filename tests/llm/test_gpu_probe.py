@@ -44,7 +44,7 @@ def test_no_loader_names_the_loader_package(linux, monkeypatch):
 
 def test_no_icd_manifest_says_so_and_names_vk_driver_files(linux, monkeypatch, tmp_path):
     _fake_libraries(monkeypatch, missing=set())
-    monkeypatch.setattr(gpu, "icd_manifests", lambda: [])
+    monkeypatch.setattr(gpu, "icd_manifests", list)
     monkeypatch.setattr(gpu, "_ELSEWHERE", ())
     found = gpu.probe()
     assert not found.usable
@@ -55,7 +55,7 @@ def test_no_icd_manifest_says_so_and_names_vk_driver_files(linux, monkeypatch, t
 def test_a_driver_manifest_outside_the_loaders_folders_is_pointed_at(linux, monkeypatch, tmp_path):
     elsewhere = _icd(tmp_path / "nvidia" / "icd.d")
     _fake_libraries(monkeypatch, missing=set())
-    monkeypatch.setattr(gpu, "icd_manifests", lambda: [])
+    monkeypatch.setattr(gpu, "icd_manifests", list)
     monkeypatch.setattr(gpu, "_ELSEWHERE", (str(elsewhere.parent),))
     assert f"set VK_DRIVER_FILES={elsewhere}" in gpu.probe().reason
 

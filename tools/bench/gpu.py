@@ -83,7 +83,7 @@ def measure_config(model: Path, backend: str, activations: str, turns: int, toke
 def _agreement(reference: dict, row: dict, check_tokens: int) -> dict:
     per_prompt = []
     for ref, got in zip(reference["answers"], row["answers"]):
-        same, agreed_check = selfcheck.agreement(ref["ids"], got["ids"], check_tokens)
+        same, _ = selfcheck.agreement(ref["ids"], got["ids"], check_tokens)
         whole = selfcheck.agreement(ref["ids"], got["ids"], max(len(ref["ids"]), len(got["ids"])))[1]
         per_prompt.append({"prompt": ref["prompt"], "check_passes": same, "agreed_tokens": whole,
                            "of": len(ref["ids"])})
