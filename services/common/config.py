@@ -104,8 +104,18 @@ class LlmConfig:
     hf_file: str = setting("SOTTO_LLM_HF_FILE", "gemma-4-E2B-it.litertlm", "File of the default model in that repo.")
     backend: str = setting("SOTTO_LLM_BACKEND", "auto",
                            "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan device on "
-                           "Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
+                           "Linux) and it passes the self-check, else the CPU, with the reason logged; gpu: the GPU "
+                           "or an error naming the missing piece or the failed check (docs/gpu.md).",
                            choices=("auto", "cpu", "gpu"))
+    gpu_activations: str = setting("SOTTO_LLM_GPU_ACTIVATIONS", "fp32",
+                                   "Activation precision of the model on the GPU. fp16 is LiteRT-LM's own GPU "
+                                   "default; it breaks some models (SmolLM2 answers <|endoftext|> only), and the "
+                                   "self-check still guards it (docs/gpu.md).", choices=("fp32", "fp16"))
+    gpu_check: bool = setting("SOTTO_LLM_GPU_CHECK", True,
+                              "Before serving on the GPU, compare a short greedy reply with the CPU's; on a mismatch "
+                              "auto serves on the CPU and gpu stops with an error (docs/gpu.md).")
+    gpu_check_tokens: int = setting("SOTTO_LLM_GPU_CHECK_TOKENS", 8,
+                                    "Tokens of the self-check's greedy reply that must equal the CPU's.", lo=1, hi=256)
     vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto",
                                   "Vision encoder backend (auto: the main backend's).",
                                   choices=("auto", "cpu", "gpu"))

@@ -20,7 +20,7 @@ import wave
 from pathlib import Path
 
 from services.common import config
-from services.llm import gpu, media
+from services.llm import gpu, media, selfcheck
 from services.llm.context import ContextBudget
 from services.llm.conversations import ConversationCache, Turn, close_quietly, content
 from services.llm.errors import EngineError, InvalidInput
@@ -76,6 +76,9 @@ class EngineConfig:
     media_limits: media.MediaLimits = media.MediaLimits()
     memory_budget_fraction: float = _COMMON.memory_budget
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
+    gpu_activations: str = _LLM.gpu_activations  # LiteRT-LM's GPU default, fp16, breaks some models (selfcheck.py)
+    gpu_check: bool = _LLM.gpu_check  # prove the GPU against the CPU before serving on it
+    gpu_check_tokens: int = _LLM.gpu_check_tokens
     model_name: str | None = None  # default: the file name without extension
 
 
@@ -87,7 +90,8 @@ class BackendChoice:
 
 
 def choose_backend(wanted: str) -> BackendChoice:
-    """`auto`: the GPU where the probe finds one (Metal on Apple Silicon, Vulkan on Linux), else the CPU (XNNPACK)."""
+    """`auto`: the GPU where the probe finds one (Metal on Apple Silicon, Vulkan on Linux), else the CPU (XNNPACK).
+    The GPU still has to pass the self-check once the model is loaded (LlmEngine)."""
     if wanted == "cpu":
         return BackendChoice("cpu", "SOTTO_LLM_BACKEND=cpu", gpu.GpuProbe(False))
     if wanted not in ("auto", "gpu"):
@@ -136,6 +140,7 @@ class LlmEngine:
         audio_backend = config.audio_backend if modalities.audio else None
         Path(config.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        self.gpu_check: selfcheck.CheckResult | None = None  # set when the model was checked on a GPU
         self._engine, backend, vision_backend, backend_reason = self._create_on_best_backend(
             path, plan, modalities.vision, audio_backend)
         self.load_seconds = time.monotonic() - started
@@ -158,8 +163,9 @@ class LlmEngine:
 
     def _create_on_best_backend(self, path: Path, plan: MemoryPlan, vision: bool, audio_backend: str | None
                                 ) -> tuple[object, str, str | None, str]:
-        """The engine on the backend asked for; `auto` tries the GPU where one is usable and falls back to the CPU,
-        saying why in one log line. An explicit `gpu` that cannot start is an error naming the missing piece."""
+        """The engine on the backend asked for. `auto` takes the GPU where one is usable, loads and passes the
+        self-check, and otherwise serves on the CPU, saying why in one WARNING. An explicit `gpu` that cannot start
+        or fails the check is an error naming the missing piece or the check."""
         config = self.config
         choice = choose_backend(config.backend)
         if choice.backend == "gpu" and not choice.probe.usable:
@@ -170,17 +176,51 @@ class LlmEngine:
                 return None
             return main if config.vision_backend == "auto" else config.vision_backend
 
-        backend, reason = choice.backend, choice.reason
+        if choice.backend == "gpu":
+            try:
+                engine, reason = self._create_checked_gpu(path, plan, vision_on("gpu"), audio_backend, choice)
+                _LOGGER.info("llm backend: gpu (%s)", reason)
+                return engine, "gpu", vision_on("gpu"), reason
+            except EngineError as exc:
+                if config.backend != "auto":
+                    raise
+                reason = f"the GPU ({choice.probe.device}) was not used: {exc}"
+        else:
+            reason = choice.reason
+        engine = self._create(path, plan, "cpu", vision_on("cpu"), audio_backend)
+        log = _LOGGER.warning if config.backend == "auto" else _LOGGER.info
+        log("llm backend: cpu (%s)", reason)
+        return engine, "cpu", vision_on("cpu"), reason
+
+    def _create_checked_gpu(self, path: Path, plan: MemoryPlan, vision_backend: str | None, audio_backend: str | None,
+                            choice: BackendChoice) -> tuple[object, str]:
+        """The engine on the GPU, once its greedy reply matched the CPU's (the CPU's reply first, so the two models
+        are never in memory together)."""
+        config = self.config
+        if not config.gpu_check:
+            return self._create(path, plan, "gpu", vision_backend, audio_backend), \
+                f"{choice.reason}; self-check off (SOTTO_LLM_GPU_CHECK=false)"
+        tokens = config.gpu_check_tokens
+        tap = stderr_tap()
+        mark = tap.mark()
         try:
-            engine = self._create(path, plan, backend, vision_on(backend), audio_backend)
-        except EngineError as exc:
-            if config.backend != "auto" or backend == "cpu":
-                raise
-            backend, reason = "cpu", f"the GPU ({choice.probe.device}) failed to load the model: {exc}"
-            engine = self._create(path, plan, backend, vision_on(backend), audio_backend)
-        log = _LOGGER.warning if config.backend == "auto" and backend == "cpu" and choice.probe.reason else _LOGGER.info
-        log("llm backend: %s (%s)", backend, reason)
-        return engine, backend, vision_on(backend), reason
+            reference = selfcheck.cpu_reference(
+                self._lm, path, Path(config.cache_dir).expanduser(),
+                lambda: self._create(path, plan, "cpu", None, None), tokens)
+        except RuntimeError as exc:
+            raise EngineError("the GPU self-check's CPU reference failed", tap.reason_since(mark) or str(exc)) from exc
+        engine = self._create(path, plan, "gpu", vision_backend, audio_backend)
+        try:
+            result = selfcheck.compare(self._lm, engine, reference, tokens)
+        except RuntimeError as exc:
+            close_quietly(engine)
+            raise EngineError("the GPU self-check could not run", tap.reason_since(mark) or str(exc)) from exc
+        self.gpu_check = result
+        if not result.passed:
+            close_quietly(engine)
+            raise EngineError(f"the GPU failed the self-check (SOTTO_LLM_GPU_ACTIVATIONS={config.gpu_activations})",
+                              result.describe())
+        return engine, f"{choice.reason}; {result.describe()}"
 
     def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None,
                 audio_backend: str | None):
@@ -188,9 +228,11 @@ class LlmEngine:
         tap = stderr_tap()
         mark = tap.mark()
         try:
+            activations = self._lm.ActivationDataType.from_str(config.gpu_activations) if backend == "gpu" else None
             return self._lm.Engine(
                 str(path),
                 backend=self._backend(backend, config.cpu_threads),
+                activation_data_type=activations,
                 max_num_tokens=plan.context_tokens,
                 cache_dir=str(Path(config.cache_dir).expanduser()),
                 vision_backend=self._backend(vision_backend, config.cpu_threads) if vision_backend else None,
@@ -228,6 +270,10 @@ class LlmEngine:
         """Check the request now (raising InvalidInput), and return its not-yet-started Generation."""
         self._check(request)
         return Generation(self, request)
+
+    def tokenize(self, text: str) -> list[int]:
+        """The model's own token ids for `text` (no chat template)."""
+        return list(self._engine.tokenize(text))
 
     def warmup(self) -> Finished:
         """A real short generation through every encoder the model has (shaders compile, caches fill)."""

