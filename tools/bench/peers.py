@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -227,15 +226,7 @@ def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: f
     except BaseException:
         print(f"\nthe clips, the stack's and Pipecat's logs are kept in {work}", file=sys.stderr)
         raise
-    if keep_work:
-        result["work_dir"] = str(work)
-    else:
-        shutil.rmtree(work)
-    result["machine"]["load_average_end"] = stats.load_average()
-    result["wall_s"] = round(time.monotonic() - began, 1)
-    path = out_dir / f"{stamp}-peers.json"
-    path.write_text(json.dumps(result, indent=1))
-    result["path"] = str(path)
+    stats.save_run(result, out_dir / f"{stamp}-peers.json", work, keep_work, began)
     peers_report.print_peers(result)
     return result
 

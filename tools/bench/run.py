@@ -13,9 +13,7 @@ Sampling is made deterministic (top_k = 1) on both paths, so each pair of turns 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -231,14 +229,6 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
     except BaseException:
         print(f"\nthe stacks' logs are kept in {work}", file=sys.stderr)
         raise
-    if keep_work:
-        result["work_dir"] = str(work)
-    else:
-        shutil.rmtree(work)
-    result["machine"]["load_average_end"] = stats.load_average()
-    result["wall_s"] = round(time.monotonic() - began, 1)
-    path = out_dir / f"{stamp}.json"
-    path.write_text(json.dumps(result, indent=1))
-    result["path"] = str(path)
+    stats.save_run(result, out_dir / f"{stamp}.json", work, keep_work, began)
     print_run(result)
     return result

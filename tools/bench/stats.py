@@ -3,8 +3,10 @@ diffs of two runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import shutil
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -77,6 +79,19 @@ def playback_gaps(chunks: Iterable[tuple[float, int]], rate: int) -> list[float]
 
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
+
+
+def save_run(result: dict, path: Path, work: Path, keep_work: bool, began: float) -> None:
+    """Close a bench run the same way for every kind: keep or drop its work folder, stamp the load and wall time,
+    write the JSON to `path`."""
+    if keep_work:
+        result["work_dir"] = str(work)
+    else:
+        shutil.rmtree(work)
+    result["machine"]["load_average_end"] = load_average()
+    result["wall_s"] = round(time.monotonic() - began, 1)
+    path.write_text(json.dumps(result, indent=1))
+    result["path"] = str(path)
 
 
 def machine() -> dict:
