@@ -169,7 +169,10 @@ class Session:
         try:
             frame = parse_frame(data, self.gw.max_audio_frame_bytes, self.gw.max_jpeg_bytes)
             if frame.kind == FrameKind.JPEG:
-                self.intake.camera(frame)
+                if self._model_sees():
+                    self.intake.camera(frame)
+                else:  # i36: a camera frame for a model that cannot see is not kept (session.ready says so)
+                    metrics.DROPPED.labels("jpeg_model_cannot_see").inc()
                 return True
         except ProtocolError as exc:
             self.error(exc.code, exc.message)
@@ -219,7 +222,8 @@ class Session:
                                 send=self.send)
             await self._begin_turn(TurnInput(
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
-                images=utterance.images, image_ts=utterance.image_ts, t_input_end=utterance.received_at,
+                images=utterance.images if self._model_sees() else [],
+                image_ts=utterance.image_ts if self._model_sees() else [], t_input_end=utterance.received_at,
                 endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
 
     async def _on_vad_failure(self, reason: str) -> None:
@@ -237,6 +241,11 @@ class Session:
     def _text_only_model(self) -> bool:
         """The llm takes no audio (say the offline SmolLM2): spoken turns go to it as their words (the cascade)."""
         return self.model.get("llm", {}).get("audio_input") is False
+
+    def _model_sees(self) -> bool:
+        """The llm takes images: camera keyframes go with spoken turns. A text-only model (the offline SmolLM2)
+        would refuse the whole turn for them, so they are left out and the page is told once (session.ready)."""
+        return self.model.get("llm", {}).get("image_input") is not False
 
     def _turn_id(self) -> str:
         self.turns += 1

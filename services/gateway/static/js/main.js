@@ -34,6 +34,7 @@ const page = {
   restartForVoice: false,
   jpegTimer: null,
   jpegBusy: false,
+  modelSees: true, // from session.ready: a model that cannot see is sent no camera frames
   state: "idle",
 };
 
@@ -130,7 +131,7 @@ function onSpeechEnd(audioMs) {
 }
 
 async function sendJpeg() {
-  if (!camera.active || page.jpegBusy) return;
+  if (!camera.active || page.jpegBusy || !page.modelSees) return;
   page.jpegBusy = true;
   try {
     const capturedAt = Date.now();
@@ -180,6 +181,8 @@ const handlers = {
     ui.showConnection(`Connected — model ${model.name ?? "?"}${backend}${model.fallback ? " (fallback)" : ""}`,
                       model.backend_reason ?? "");
     if (model.note) ui.showAlert(model.note, "busy");
+    page.modelSees = model.image_input !== false;
+    showCameraNote();
     if (m.sample_rate_in && m.sample_rate_in !== SAMPLE_RATE_IN) {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);
     }
@@ -325,10 +328,18 @@ async function startCamera() {
   try {
     await camera.start();
     ui.showCameraStatus("");
+    showCameraNote();
     ui.showCameraToggle(true);
   } catch (err) {
     ui.showCameraStatus(`${err.message} Continuing without the camera.`);
     ui.showCameraToggle(false);
+  }
+}
+
+// Said once, as a note beside the preview, never as an alert: the conversation goes on with the words alone.
+function showCameraNote() {
+  if (camera.active && !page.modelSees) {
+    ui.showCameraStatus("The model in use cannot see: camera frames are not sent to it.");
   }
 }
 
