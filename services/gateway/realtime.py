@@ -93,6 +93,11 @@ class RealtimeSession(Session):
         if self.turn is not None and self.turn.inp.turn_id == turn_id and not self.turn.interrupted:
             self.turn.report_playback(samples)
 
+    def _reported_playback(self) -> int:
+        """A Realtime client reports no playback (what was sent stands for heard only for a cut's history), so
+        speech over a finished answer is judged by the playback estimate alone (i36)."""
+        return 0
+
     # -- input -----------------------------------------------------------------------------------------------
     async def on_event(self, text: str) -> None:
         if not self._admit():

@@ -235,6 +235,17 @@ class RealtimeWire:
         response["usage"] = {"total_tokens": prefill + decode, "input_tokens": prefill, "output_tokens": decode}
         await self.emit({"type": "response.done", "response": response})
 
+    async def _on_turn_cut(self, event: dict) -> None:
+        """Speech over a finished answer still playing (i36): it is truncated where the user was, as if the client
+        had sent conversation.item.truncate; the client stops playing it there."""
+        item_id = next((i for i, t in self.conversation.turn_of.items() if t == event["turn_id"]), None)
+        item = self.conversation.get(item_id) if item_id is not None else None
+        if item is None:
+            return
+        item.update(status="incomplete", content=[{"type": "output_audio", "transcript": event["heard_text"]}])
+        await self.emit({"type": "conversation.item.truncated", "item_id": item_id, "content_index": 0,
+                         "audio_end_ms": event["played_samples"] * 1000 // max(1, event["sample_rate"])})
+
     def _status(self, r: _Response, event: dict) -> tuple[str, dict | None]:
         finish = event["finish_reason"]
         if r.failure is not None or finish in ("busy", "error"):

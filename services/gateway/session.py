@@ -18,7 +18,7 @@ import grpc
 from aiohttp import web
 
 from services.common import config, logs
-from services.gateway import metrics
+from services.gateway import barge_in, metrics
 from services.gateway.hearing import Hearing, SpokenWords
 from services.gateway.intake import MediaIntake
 from services.gateway.playback import answer_playing
@@ -152,12 +152,20 @@ class Session:
         if self.turn_task is not None and not self.turn_task.done():
             turn.interrupt(played_samples, "client")
             return
+        self._cut_finished(turn, played_samples, "client_after_done")
+
+    def _cut_finished(self, turn: Turn, played_samples: int, trigger: str) -> str | None:
+        """A finished answer cut at `played_samples`: the history keeps only what the user heard. Returns the
+        heard text, or None when nothing was cut (all of it was heard, or a later turn owns the history)."""
         heard = turn.heard_after_done(played_samples)
-        if heard is not None and self.history_owner is turn:
-            metrics.INTERRUPTIONS.labels("client_after_done").inc()
-            self.history[-1].text = heard  # the history keeps only what the user actually heard
-            self.history[-1].interrupted = True
-            _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard)})
+        if heard is None or self.history_owner is not turn:
+            return None
+        metrics.INTERRUPTIONS.labels(trigger).inc()
+        self.history[-1].text = heard  # the history keeps only what the user actually heard
+        self.history[-1].interrupted = True
+        _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard),
+                                           "trigger": trigger})
+        return heard
 
     async def on_binary(self, data: bytes) -> bool:
         """Handle one binary frame; returns False when the session must close."""
@@ -209,6 +217,8 @@ class Session:
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
+            elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._reported_playback())) is not None:
+                self._cut_playing(heard)  # i36: barge-in over an answer synthesised but still playing
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             self.send(event("turn.hold", ts_ms=ev.start_ts_ms, max_silence_ms=self.cfg.vad.max_turn_silence_ms))
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
@@ -225,6 +235,20 @@ class Session:
                 images=utterance.images if self._model_sees() else [],
                 image_ts=utterance.image_ts if self._model_sees() else [], t_input_end=utterance.received_at,
                 endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
+
+    def _reported_playback(self) -> int:
+        """What the client said it played of the current answer (`playback`); a hook for wires with no report."""
+        return self.turn.played_samples if self.turn is not None else 0
+
+    def _cut_playing(self, heard_samples: int) -> None:
+        """Speech over a finished answer the client is still playing (by the playback estimate): the client is
+        told to stop it (`turn.cut`), and the history keeps what was heard."""
+        turn = self.turn
+        assert turn is not None
+        heard = self._cut_finished(turn, heard_samples, "server_vad_after_done")
+        if heard is not None:
+            self.send(event("turn.cut", turn_id=turn.inp.turn_id, played_samples=heard_samples,
+                            sample_rate=turn.audio_rate, heard_text=heard))
 
     async def _on_vad_failure(self, reason: str) -> None:
         if self.intake.in_utterance:

@@ -195,6 +195,10 @@ const handlers = {
     updateState();
   },
   "speech.ended": () => capture.finish(),
+  // The server heard speech over an answer still playing (its synthesis was over): stop it, say what was heard.
+  "turn.cut": (m) => {
+    if (page.speakingTurn === m.turn_id) interrupt();
+  },
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
     if (m.source === "speech") page.utteranceAnswered = true;
