@@ -205,6 +205,7 @@ class SpokenWords:
         self._send = send
         self._text: str | None = None
         self._settled = False
+        self.prefix = ""  # the words of an earlier part of the same utterance (services.gateway.resumption)
 
     async def message(self) -> str:
         """The cascade's user message; raises Unheard when there is none."""
@@ -216,6 +217,11 @@ class SpokenWords:
         if not text.strip():
             raise Unheard("not_heard", "no words were recognised in that utterance; please say it again")
         return text
+
+    async def peek(self) -> str | None:
+        """The streamed words as soon as they come, told to no one (None: none could be had): the end-of-turn
+        rule reads them before the turn begins; `message` then returns the same words."""
+        return await self._words.text() if self._words is not None and not self._settled else self._text
 
     def reply_started(self) -> None:
         if self._words is None:
@@ -241,6 +247,8 @@ class SpokenWords:
         if self._settled or self._words is None:
             return self._text
         self._text = await self._words.text()
+        if self._text is not None and self.prefix:
+            self._text = f"{self.prefix.strip()} {self._text.strip()}".strip()
         self._settled = True
         if self._text is not None:
             self._hearing.heard()

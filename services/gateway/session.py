@@ -25,6 +25,7 @@ from services.gateway.playback import answer_playing
 from services.gateway.protocol import (SAMPLE_RATE_OUT, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                        SessionStart, TypedText, event, parse_frame, parse_message)
 from services.gateway.rate_limit import RateLimiter
+from services.gateway.resumption import Resumption
 from services.gateway.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.vad_link import VadLink
 from sotto.v1 import asr_pb2_grpc, common_pb2, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
@@ -68,6 +69,9 @@ class Session:
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
+        # i36: an utterance resumed before its answer was heard becomes one turn; unfinished words are held
+        self.resumption = Resumption(begin=self._begin_turn, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
+                                     words_wait_s=self.gw.request_timeout_ms / 1000.0, word_turn_on=self.gw.word_turn)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, data: str | bytes, turn: Turn | None = None) -> None:
@@ -215,6 +219,9 @@ class Session:
                 first = origin + ev.start_sample - self.gw.preroll_ms * 16
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
+            resumed_at = self.intake.tape.received_at(origin + ev.start_sample) or time.monotonic()
+            if self.resumption.speech_started(self.turn, resumed_at):  # i36: the same utterance goes on
+                return
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
             elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._reported_playback())) is not None:
@@ -226,15 +233,18 @@ class Session:
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
             self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
             turn_id = self._turn_id()
-            words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
-                                streamed=self.hearing.finish(round(utterance.audio_ms * 16)),
-                                cascade=self._text_only_model(), model_name=self.model.get("llm", {}).get("name", ""),
-                                send=self.send)
-            await self._begin_turn(TurnInput(
+            streamed = self.hearing.finish(round(utterance.audio_ms * 16))
+            inp, first_words = await self.resumption.joined(TurnInput(  # i36: with the part before it, if any
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
                 images=utterance.images if self._model_sees() else [],
                 image_ts=utterance.image_ts if self._model_sees() else [], t_input_end=utterance.received_at,
-                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
+                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
+            inp.words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=inp.audio_wav, streamed=streamed,
+                                    cascade=self._text_only_model(),
+                                    model_name=self.model.get("llm", {}).get("name", ""), send=self.send)
+            if inp.words.cascade:
+                inp.words.prefix = first_words  # the streamed words are the last part's only
+            await self.resumption.ended(inp)
 
     def _reported_playback(self) -> int:
         """What the client said it played of the current answer (`playback`); a hook for wires with no report."""
@@ -333,6 +343,8 @@ class Session:
             finally:
                 if self.turn is turn:
                     self._set_state(State.LISTENING, "turn over")
+        if not self.resumption.remembered(turn.inp.turn_id, result.user_text):
+            return  # i36: dropped unheard, its utterance goes on in the next turn
         if result.outcome in (Outcome.BUSY, Outcome.ERROR):
             return
         # A spoken turn the model heard is recorded with its words and its audio's digest: the llm service matches
@@ -357,6 +369,7 @@ class Session:
         self.send(event("health", service=service, status=status))
 
     async def close(self) -> None:
+        await self.resumption.close()
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
         if self.turn_task is not None:

@@ -1,0 +1,111 @@
+"""A session's turn-taking around pauses: an utterance whose answer nobody heard yet is continued, not answered
+twice, and one whose words stop mid-phrase is held open a little longer.
+
+Two cases end in one joined user turn (services.gateway.utterance_join):
+- the vad ended the utterance and a turn started, but the user went on before any of its answer had been sent:
+  the turn is interrupted and dropped (never in the history), and its input becomes the first part;
+- a text-only model's words for the ended utterance stop on a word no sentence ends with (services.gateway.
+  word_turn): the turn is not begun for up to the vad's longest turn silence (SOTTO_VAD_MAX_TURN_SILENCE_MS, counted
+  from the end of speech); speech that comes meanwhile continues it. The words are awaited there anyway (they are
+  the message), so a complete sentence loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from services.gateway import metrics, utterance_join, word_turn
+from services.gateway.turn import Turn, TurnInput
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class _Part:
+    inp: TurnInput
+    text: asyncio.Future[str | None]  # its words (None: none could be had)
+
+
+class Resumption:
+    def __init__(self, *, begin: Callable[[TurnInput], Awaitable[None]], hold_s: float, words_wait_s: float,
+                 word_turn_on: bool) -> None:
+        """`begin` starts a turn; `hold_s`: the longest silence an unfinished phrase is held for; `words_wait_s`:
+        how long a joined turn waits for its first part's words."""
+        self._begin = begin
+        self._hold_s = hold_s
+        self._words_wait_s = words_wait_s
+        self._word_turn_on = word_turn_on
+        self._first: _Part | None = None
+        self._dropped: dict[str, asyncio.Future[str | None]] = {}  # turn id -> the future its words go to
+        self._hold: asyncio.Task | None = None
+
+    def speech_started(self, turn: Turn | None, resumed_at: float) -> bool:
+        """New speech, first received at `resumed_at`: True when it continues the last utterance (a held one, or
+        one whose answer was not yet heard, which is interrupted here and not remembered)."""
+        if self._hold is not None and not self._hold.done():
+            self._hold.cancel()
+            self._hold = None
+            metrics.INTERRUPTIONS.labels("resumed_while_held").inc()
+            return True
+        if turn is None or not utterance_join.resumes_unheard(turn, resumed_at):
+            return False
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._first = _Part(turn.inp, future)
+        self._dropped[turn.inp.turn_id] = future
+        turn.interrupt(0, "resumed_unheard")
+        _LOGGER.info("utterance_resumed", extra={"dropped_turn": turn.inp.turn_id})
+        return True
+
+    def remembered(self, turn_id: str, user_text: str) -> bool:
+        """A turn is over: False when it was dropped for a join (its words go to the joined turn instead)."""
+        future = self._dropped.pop(turn_id, None)
+        if future is None:
+            return True
+        if not future.done():
+            future.set_result(user_text)
+        return False
+
+    async def joined(self, second: TurnInput) -> tuple[TurnInput, str]:
+        """The ended utterance widened by the part before it, if any, and that part's words ("" if none)."""
+        first, self._first = self._first, None
+        if first is None:
+            return second, ""
+        try:
+            async with asyncio.timeout(self._words_wait_s):
+                text = await asyncio.shield(first.text)
+        except TimeoutError:
+            text = None
+        metrics.INTERRUPTIONS.labels("utterance_joined").inc()
+        return utterance_join.joined_input(first.inp, second), text or ""
+
+    async def ended(self, inp: TurnInput) -> None:
+        """An utterance ended (joined already): begin its turn, or hold it while its words say it is unfinished."""
+        words = inp.words
+        if not (self._word_turn_on and words is not None and words.cascade):
+            await self._begin(inp)
+            return
+        self._hold = asyncio.create_task(self._hold_then_begin(inp), name=f"hold-{inp.turn_id}")
+
+    async def _hold_then_begin(self, inp: TurnInput) -> None:
+        assert inp.words is not None
+        text = asyncio.ensure_future(inp.words.peek())
+        self._first = _Part(inp, text)  # if the user goes on, this is the first part
+        verdict = word_turn.verdict(await asyncio.shield(text) or "")
+        if verdict is word_turn.WordVerdict.INCOMPLETE:
+            remaining = self._hold_s - (time.monotonic() - inp.t_input_end)
+            _LOGGER.info("turn_held_by_words", extra={"hold_ms": round(max(0.0, remaining) * 1000)})
+            if remaining > 0:
+                await asyncio.sleep(remaining)
+        self._hold, self._first = None, None  # from here on, speech is a barge-in on this turn
+        await self._begin(inp)
+
+    async def close(self) -> None:
+        if self._hold is not None:
+            self._hold.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._hold
