@@ -44,22 +44,22 @@ class Resumption:
         self._dropped: dict[str, asyncio.Future[str | None]] = {}  # turn id -> the future its words go to
         self._hold: asyncio.Task | None = None
 
-    def speech_started(self, turn: Turn | None, resumed_at: float) -> bool:
-        """New speech, first received at `resumed_at`: True when it continues the last utterance (a held one, or
-        one whose answer was not yet heard, which is interrupted here and not remembered)."""
+    def speech_started(self, turn: Turn | None, resumed_at: float) -> str | None:
+        """New speech, first received at `resumed_at`: None when it starts a new utterance; else it continues the
+        last one, and the result is the id of the turn dropped for it ("": the utterance was held, no turn ran)."""
         if self._hold is not None and not self._hold.done():
             self._hold.cancel()
             self._hold = None
             metrics.INTERRUPTIONS.labels("resumed_while_held").inc()
-            return True
+            return ""
         if turn is None or not utterance_join.resumes_unheard(turn, resumed_at):
-            return False
+            return None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._first = _Part(turn.inp, future)
         self._dropped[turn.inp.turn_id] = future
         turn.interrupt(0, "resumed_unheard")
         _LOGGER.info("utterance_resumed", extra={"dropped_turn": turn.inp.turn_id})
-        return True
+        return turn.inp.turn_id
 
     def remembered(self, turn_id: str, user_text: str) -> bool:
         """A turn is over: False when it was dropped for a join (its words go to the joined turn instead)."""

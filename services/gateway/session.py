@@ -220,7 +220,9 @@ class Session:
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(event("speech.started", ts_ms=ev.start_ts_ms))
             resumed_at = self.intake.tape.received_at(origin + ev.start_sample) or time.monotonic()
-            if self.resumption.speech_started(self.turn, resumed_at):  # i36: the same utterance goes on
+            if (dropped := self.resumption.speech_started(self.turn, resumed_at)) is not None:
+                if dropped:  # i36: the same utterance goes on; its unheard answer is withdrawn
+                    self.send(event("turn.resumed", turn_id=dropped))
                 return
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():
                 self.turn.interrupt(self.turn.played_samples, "server_vad")

@@ -29,6 +29,8 @@ async def test_speech_resumed_before_the_answer_was_heard_joins_one_turn(stack, 
     done = await client.wait_for("turn.done", count=2)
     dropped = [e for e in client.events if e["type"] == "turn.done" and e["turn_id"] == first["turn_id"]][0]
     assert dropped["interrupted"] and dropped["heard_text"] == "" and done["finish_reason"] == "stop"
+    resumed = [e for e in client.events if e["type"] == "turn.resumed"]
+    assert resumed == [{"type": "turn.resumed", "turn_id": first["turn_id"]}]  # the client withdraws it
     assert client.audio_after("turn.started") == client.audio_after("audio.start")  # nothing of the first was sent
     joined = audio.read_wav(stack.llm.requests[-1].user.audio_wav)
     assert joined.duration_s >= 1.8  # both parts, heard as one

@@ -4,7 +4,7 @@
 
 import { Camera } from "./camera.js";
 import { openMicrophone, SpeechCapture } from "./capture.js";
-import { Connection } from "./connection.js";
+import { Connection, socketUrl } from "./connection.js";
 import { counters, exposeDebug, logEvent } from "./debug.js";
 import { Player } from "./player.js";
 import { Kind, SAMPLE_RATE_IN, floatToPcm16, pcm16ToFloat } from "./protocol.js";
@@ -23,6 +23,7 @@ const page = {
   generatingTurn: null, // turn_id from turn.started, until turn.done
   speakingTurn: null, // turn_id whose audio is in the player
   droppedTurns: new Set(), // interrupted turns: their late audio is ignored
+  resumedTurns: new Set(), // withdrawn by turn.resumed: the next turn answers their words
   heardAfterMs: new Map(), // turn_id -> client-side time to first audio
   doneTurns: new Set(), // turn.done received
   lastPlaybackReport: 0,
@@ -60,15 +61,6 @@ const connection = new Connection(
     ...(localStorage.getItem(VOICE_KEY) ? { voice: localStorage.getItem(VOICE_KEY) } : {}),
   }),
 );
-
-// The gateway wants ?token= on /ws when it listens beyond loopback: the page passes on the one it was opened with.
-function socketUrl() {
-  const url = new URL("/ws", location.href);
-  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  const token = new URLSearchParams(location.search).get("token");
-  url.search = token ? new URLSearchParams({ token }).toString() : "";
-  return url.toString();
-}
 
 // --- state ------------------------------------------------------------------------------------------------------
 
@@ -164,7 +156,7 @@ async function interrupt() {
 
 const handlers = {
   "session.ready": (m) => {
-    for (const perTurn of [page.droppedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
+    for (const perTurn of [page.droppedTurns, page.resumedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
     ui.startSession();
     const voices = m.voices ?? [];
     if (voices.length && !voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
@@ -182,7 +174,7 @@ const handlers = {
                       model.backend_reason ?? "");
     if (model.note) ui.showAlert(model.note, "busy");
     page.modelSees = model.image_input !== false;
-    showCameraNote();
+    ui.showCameraNote(camera.active, page.modelSees);
     if (m.sample_rate_in && m.sample_rate_in !== SAMPLE_RATE_IN) {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);
     }
@@ -196,8 +188,12 @@ const handlers = {
   },
   "speech.ended": () => capture.finish(),
   // The server heard speech over an answer still playing (its synthesis was over): stop it, say what was heard.
-  "turn.cut": (m) => {
-    if (page.speakingTurn === m.turn_id) interrupt();
+  "turn.cut": (m) => page.speakingTurn === m.turn_id && void interrupt(),
+  // The user went on before any of this turn's answer was heard: it is withdrawn, and the next turn has it all.
+  "turn.resumed": (m) => {
+    for (const turns of [page.droppedTurns, page.resumedTurns]) turns.add(m.turn_id);
+    if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
+    ui.removeTurn(m.turn_id);
   },
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
@@ -223,6 +219,7 @@ const handlers = {
   },
   "turn.done": (m) => {
     page.doneTurns.add(m.turn_id);
+    if (page.resumedTurns.has(m.turn_id)) return ui.removeTurn(m.turn_id); // withdrawn: nothing of it is kept
     ui.finishAssistantTurn(m.turn_id, { text: m.text, heardText: m.heard_text, interrupted: m.interrupted });
     ui.showTurnTimings(m.turn_id, m.timings, page.heardAfterMs.get(m.turn_id) ?? null);
     if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
@@ -332,18 +329,11 @@ async function startCamera() {
   try {
     await camera.start();
     ui.showCameraStatus("");
-    showCameraNote();
+    ui.showCameraNote(camera.active, page.modelSees);
     ui.showCameraToggle(true);
   } catch (err) {
     ui.showCameraStatus(`${err.message} Continuing without the camera.`);
     ui.showCameraToggle(false);
-  }
-}
-
-// Said once, as a note beside the preview, never as an alert: the conversation goes on with the words alone.
-function showCameraNote() {
-  if (camera.active && !page.modelSees) {
-    ui.showCameraStatus("The model in use cannot see: camera frames are not sent to it.");
   }
 }
 
