@@ -29,13 +29,17 @@ _CONJUNCTIONS = {"and", "but", "or", "nor", "so", "because", "although", "though
                  "since", "as", "then", "also", "plus"}
 _PREPOSITIONS = {"of", "to", "in", "on", "at", "for", "with", "about", "from", "by", "into", "onto", "over", "under",
                  "between", "through", "during", "without", "within", "after", "before", "like", "near", "across",
-                 "toward", "towards", "against", "among", "around", "behind", "beside", "besides", "per", "via"}
+                 "toward", "towards", "against", "among", "around", "behind", "beside", "besides", "per", "via", "up",
+                 "off", "out", "down", "back", "away", "along", "across"}
 _DETERMINERS = {"the", "a", "an", "my", "your", "his", "her", "its", "our", "their", "this", "these", "those",
                 "some", "any", "each", "every", "no", "another", "which", "what's"}
-_AUXILIARIES = {"is", "are", "was", "were", "am", "be", "been", "being", "do", "does", "did", "have", "has", "had",
-                "can", "could", "will", "would", "shall", "should", "may", "might", "must", "i", "i'm", "we",
-                "you", "they", "he", "she", "it's", "let's"}
-_FILLERS = {"um", "uh", "erm", "er", "hmm", "mm", "like", "well", "actually", "basically"}
+_AUXILIARIES = {"is", "are", "was", "were", "am", "be", "been", "being", "have", "has", "had", "i'm", "it's",
+                "let's", "you're", "we're", "they're", "there's"}
+_FILLERS = {"um", "uh", "erm", "er", "hmm", "mm", "like", "actually", "basically"}
+# Prepositions that also end phrasal verbs ("logged in", "turn it off", "what is it about?"): final after sentence
+# punctuation, the words do not say, and the audio model decides.
+_PARTICLES = {"in", "on", "off", "up", "out", "over", "down", "back", "around", "by", "through", "about", "away",
+              "along", "after", "before", "behind", "near", "under", "across", "like"}
 NOT_FINAL = _CONJUNCTIONS | _PREPOSITIONS | _DETERMINERS | _AUXILIARIES | _FILLERS
 
 _WORD = re.compile(r"[a-z']+")
@@ -53,6 +57,8 @@ def verdict(text: str) -> WordVerdict:
     last = words[-1]
     if stripped.endswith("?") and last in _PREPOSITIONS:
         return WordVerdict.COMPLETE  # "what is it made of?"
+    if stripped.endswith((".", "!")) and last in _PARTICLES:
+        return WordVerdict.UNSURE
     if last in NOT_FINAL:
         return WordVerdict.INCOMPLETE
     if stripped.endswith((".", "?", "!")):

@@ -17,11 +17,12 @@ def test_a_phrase_that_stops_mid_sentence_is_held(text: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "What is the capital of France?", "Hi there.", "Tell me a joke!", "What is it made of?",
-    "Who are you talking to?", "Thank you very much."])
+    "Who are you talking to?", "Thank you very much.", "Thank you.", "How are you?", "Can you help me?"])
 def test_a_complete_sentence_ends_the_turn(text: str) -> None:
     assert verdict(text) is WordVerdict.COMPLETE
 
 
-@pytest.mark.parametrize("text", ["", "   ", "yes", "the weather in Paris today"])
+@pytest.mark.parametrize("text", ["", "   ", "yes", "the weather in Paris today", "Agent logged in.",
+                                  "Turn the lights off."])
 def test_words_that_say_neither_leave_it_to_the_audio_model(text: str) -> None:
     assert verdict(text) is WordVerdict.UNSURE
