@@ -33,9 +33,11 @@ class _Part:
 
 class Resumption:
     def __init__(self, *, begin: Callable[[TurnInput], Awaitable[None]], hold_s: float, words_wait_s: float,
-                 word_turn_on: bool) -> None:
+                 word_turn_on: bool, grace_s: float) -> None:
         """`begin` starts a turn; `hold_s`: the longest silence an unfinished phrase is held for; `words_wait_s`:
-        how long a joined turn waits for its first part's words."""
+        how long a joined turn waits for its first part's words; `grace_s`: how much later than a client's stop the
+        audio of the speech that stopped it may arrive (utterance_join.resumes_unheard)."""
+        self._grace_s = grace_s
         self._begin = begin
         self._hold_s = hold_s
         self._words_wait_s = words_wait_s
@@ -43,6 +45,7 @@ class Resumption:
         self._first: _Part | None = None
         self._dropped: dict[str, asyncio.Future[str | None]] = {}  # turn id -> the future its words go to
         self._hold: asyncio.Task | None = None
+        self._last_done: tuple[str, str, float] | None = None  # the last turn remembered: id, user words, when
 
     def speech_started(self, turn: Turn | None, resumed_at: float) -> str | None:
         """New speech, first received at `resumed_at`: None when it starts a new utterance; else it continues the
@@ -52,19 +55,28 @@ class Resumption:
             self._hold = None
             metrics.INTERRUPTIONS.labels("resumed_while_held").inc()
             return ""
-        if turn is None or not utterance_join.resumes_unheard(turn, resumed_at):
+        done = self._last_done if turn is not None and self._last_done is not None and \
+            self._last_done[0] == turn.inp.turn_id else None
+        if not utterance_join.resumes_unheard(turn, resumed_at, done[2] if done else None, self._grace_s):
             return None
+        assert turn is not None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._first = _Part(turn.inp, future)
-        self._dropped[turn.inp.turn_id] = future
-        turn.interrupt(0, "resumed_unheard")
+        if done is not None:  # stopped by the client's own VAD a moment ago: its words are known
+            future.set_result(done[1])
+            self._last_done = None
+        else:
+            self._dropped[turn.inp.turn_id] = future
+            turn.interrupt(0, "resumed_unheard")
         _LOGGER.info("utterance_resumed", extra={"dropped_turn": turn.inp.turn_id})
         return turn.inp.turn_id
 
     def remembered(self, turn_id: str, user_text: str) -> bool:
-        """A turn is over: False when it was dropped for a join (its words go to the joined turn instead)."""
+        """A turn is over: False when it was dropped for a join (its words go to the joined turn instead). A turn
+        remembered may still be withdrawn by `speech_started` (the caller then takes it out of the history)."""
         future = self._dropped.pop(turn_id, None)
         if future is None:
+            self._last_done = (turn_id, user_text, time.monotonic())
             return True
         if not future.done():
             future.set_result(user_text)

@@ -71,7 +71,8 @@ class Session:
         self._vad_failure_told = False  # until the vad service answers again
         # i36: an utterance resumed before its answer was heard becomes one turn; unfinished words are held
         self.resumption = Resumption(begin=self._begin_turn, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
-                                     words_wait_s=self.gw.request_timeout_ms / 1000.0, word_turn_on=self.gw.word_turn)
+                                     words_wait_s=self.gw.request_timeout_ms / 1000.0, word_turn_on=self.gw.word_turn,
+                                     grace_s=self.gw.jitter_ms / 1000.0)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, data: str | bytes, turn: Turn | None = None) -> None:
@@ -222,6 +223,9 @@ class Session:
             resumed_at = self.intake.tape.received_at(origin + ev.start_sample) or time.monotonic()
             if (dropped := self.resumption.speech_started(self.turn, resumed_at)) is not None:
                 if dropped:  # i36: the same utterance goes on; its unheard answer is withdrawn
+                    if self.history_owner is self.turn:  # remembered already: the joined turn has its words
+                        del self.history[-2:]
+                        self.history_owner = None
                     self.send(event("turn.resumed", turn_id=dropped))
                 return
             if self.turn is not None and self.turn_task is not None and not self.turn_task.done():

@@ -21,10 +21,14 @@ from services.common import audio
 from services.gateway.turn import Turn, TurnInput
 
 
-def resumes_unheard(turn: Turn | None, resumed_at: float) -> bool:
-    """Speech received at `resumed_at` continues `turn`'s utterance: a spoken turn still running whose answer had
-    sent no audio before then."""
-    if turn is None or turn.finished or turn.interrupted or turn.inp.source != "speech":
+def resumes_unheard(turn: Turn | None, resumed_at: float, finished_at: float | None, grace_s: float) -> bool:
+    """Speech received at `resumed_at` continues `turn`'s utterance: a spoken turn still running then, or that ended
+    at most `grace_s` before (`finished_at`; None: it runs), and whose answer had sent no audio before then. The
+    grace is for a client with its own VAD (the page): it stops the answer (`interrupt`) as its VAD confirms the
+    speech, just before it sends that speech's audio, pre-roll first."""
+    if turn is None or turn.inp.source != "speech":
+        return False
+    if turn.finished and (finished_at is None or finished_at + grace_s <= resumed_at):
         return False
     return turn.first_audio_at is None or turn.first_audio_at > resumed_at
 

@@ -42,6 +42,22 @@ async def test_speech_resumed_before_the_answer_was_heard_joins_one_turn(stack, 
     assert history[0].text == stack.asr.words and history[1].text == "Hello there. How are you?"
 
 
+@pytest.mark.parametrize("stack", [SLOW_LLM], indirect=True)
+async def test_a_client_that_stops_the_answer_itself_as_the_user_goes_on_gets_one_turn(stack, connect) -> None:
+    """The page's own VAD sends `interrupt` as it confirms the speech, just before that speech's audio."""
+    client = await ready_client(connect, audio_input=True)
+    await say(client, 1.0, ts0=5_000_000.0)
+    first = await client.wait_for("turn.started")
+    await client.send(type="interrupt", turn_id=first["turn_id"], played_samples=0)
+    await say(client, 0.8, ts0=5_002_000.0)
+    await client.wait_for("turn.done", count=2)
+    assert [e["turn_id"] for e in client.events if e["type"] == "turn.resumed"] == [first["turn_id"]]
+    assert audio.read_wav(stack.llm.requests[-1].user.audio_wav).duration_s >= 1.8
+    await client.send(type="text", text="Thanks.")
+    await client.wait_for("turn.done", count=3)
+    assert [h.text for h in stack.llm.requests[-1].history] == [stack.asr.words, "Hello there. How are you?"]
+
+
 async def test_speech_over_an_answer_already_playing_is_a_barge_in_not_a_join(stack, connect) -> None:
     stack.tts.chunks_per_sentence = 40
     stack.tts.chunk_delay_s = 0.02
