@@ -57,8 +57,8 @@ def verdict(text: str) -> WordVerdict:
     last = words[-1]
     if stripped.endswith("?") and last in _PREPOSITIONS:
         return WordVerdict.COMPLETE  # "what is it made of?"
-    if stripped.endswith((".", "!")) and last in _PARTICLES:
-        return WordVerdict.UNSURE
+    if stripped.endswith((".", "!")) and (last in _PARTICLES or last in _AUXILIARIES):
+        return WordVerdict.UNSURE  # "… logged in." and "… than he was." may end a sentence
     if last in NOT_FINAL:
         return WordVerdict.INCOMPLETE
     if stripped.endswith((".", "?", "!")):

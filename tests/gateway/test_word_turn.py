@@ -23,6 +23,7 @@ def test_a_complete_sentence_ends_the_turn(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "   ", "yes", "the weather in Paris today", "Agent logged in.",
-                                  "Turn the lights off."])
+                                  "Turn the lights off.",
+                                  "He is more respectable than he was."])
 def test_words_that_say_neither_leave_it_to_the_audio_model(text: str) -> None:
     assert verdict(text) is WordVerdict.UNSURE
