@@ -80,6 +80,20 @@ class Words:
             self.recognition_ms = round((time.monotonic() - self._started) * 1000, 1)
         return transcript.text
 
+    async def settled_text(self) -> str | None:
+        """The words once the recognition ends (None: none came), with no deadline of its own: a caller that gives
+        up (its own timeout, its cancellation) leaves the recognition running for `text`."""
+        try:
+            transcript = await asyncio.shield(self._task)
+        except (grpc.aio.AioRpcError, NoWords):
+            return None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._task.cancelled() and not (current is not None and current.cancelling()):
+                return None
+            raise
+        return transcript.text
+
     def cancel(self) -> None:
         self._task.cancel()
         if self._on_cancel is not None:
@@ -220,8 +234,9 @@ class SpokenWords:
 
     async def peek(self) -> str | None:
         """The streamed words as soon as they come, told to no one (None: none could be had): the end-of-turn
-        rule reads them before the turn begins; `message` then returns the same words."""
-        return await self._words.text() if self._words is not None and not self._settled else self._text
+        rule reads them before the turn begins, for as long as it cares to wait; `message` then returns the same
+        words under the usual deadline."""
+        return await self._words.settled_text() if self._words is not None and not self._settled else self._text
 
     def reply_started(self) -> None:
         if self._words is None:

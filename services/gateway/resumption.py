@@ -107,12 +107,18 @@ class Resumption:
         assert inp.words is not None
         text = asyncio.ensure_future(inp.words.peek())
         self._first = _Part(inp, text)  # if the user goes on, this is the first part
-        verdict = word_turn.verdict(await asyncio.shield(text) or "")
-        if verdict is word_turn.WordVerdict.INCOMPLETE:
-            remaining = self._hold_s - (time.monotonic() - inp.t_input_end)
-            _LOGGER.info("turn_held_by_words", extra={"hold_ms": round(max(0.0, remaining) * 1000)})
-            if remaining > 0:
-                await asyncio.sleep(remaining)
+
+        def remaining() -> float:
+            return max(0.0, self._hold_s - (time.monotonic() - inp.t_input_end))
+
+        try:  # words later than the hold could last cannot hold the turn: begin it, the words follow
+            async with asyncio.timeout(remaining()):
+                words = await asyncio.shield(text)
+        except TimeoutError:
+            words = None
+        if word_turn.verdict(words or "") is word_turn.WordVerdict.INCOMPLETE and remaining() > 0:
+            _LOGGER.info("turn_held_by_words", extra={"hold_ms": round(remaining() * 1000)})
+            await asyncio.sleep(remaining())
         self._hold, self._first = None, None  # from here on, speech is a barge-in on this turn
         await self._begin(inp)
 

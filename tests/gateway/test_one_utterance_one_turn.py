@@ -104,3 +104,14 @@ async def test_a_complete_sentence_is_not_held(stack, connect) -> None:
     await say(client, 0.8, ts0=5_002_000.0)
     await client.wait_for("turn.done", count=2)
     assert [r.user.text for r in stack.llm.requests] == [stack.asr.words, stack.asr.words]
+
+
+@pytest.mark.parametrize("stack", [TEXT_ONLY], indirect=True)
+async def test_words_slower_than_the_hold_do_not_fail_the_turn(stack, connect) -> None:
+    """The hold waits for the words only as long as it could last; the turn then waits for them as usual."""
+    stack.asr.words, stack.asr.delay_s = "I went to the shop and", 2.5  # hold 1.5 s, words deadline 2 s
+    client = await ready_client(connect, audio_input=False)
+    await say(client, 1.0, ts0=5_000_000.0)
+    done = await client.wait_for("turn.done")
+    assert done["finish_reason"] == "stop" and "error" not in client.types(), client.events
+    assert stack.llm.requests[0].user.text == "I went to the shop and"
