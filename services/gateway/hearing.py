@@ -9,8 +9,10 @@ Two ways in, chosen by what the model takes:
   in one call once the reply's first audio is out (`clip`), and its recognition never competes with the reply's
   first sentence for the CPU.
 
-Every call has a deadline and is cancelled explicitly when no longer wanted. A failure is reported once per outage
-(`outage_reason`), never per utterance.
+Every call has a deadline and is cancelled explicitly when no longer wanted. The words of an utterance are waited for
+the request timeout plus the utterance's own length, at most the turn's deadline (`words_deadline_s`): a recogniser
+slowed by a busy machine means later words, not an error. A failure is reported once per outage (`outage_reason`),
+never per utterance.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sotto.v1 import asr_pb2, asr_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 SAMPLE_RATE = 16000
+_WAV_HEADER_BYTES = 44  # services.common.audio.wav_bytes writes the plain 44-byte header
 
 
 class NoWords(Exception):
@@ -52,6 +55,7 @@ class Words:
         self._timeout_s = timeout_s
         self._on_cancel = on_cancel
         self.failure = ""
+        self.dead = False  # the failure is the service's absence (UNAVAILABLE), not slowness or a refusal
         self.recognition_ms: float | None = None  # from the end of the audio to the words, as the gateway saw it
         self._started = time.monotonic()
 
@@ -60,11 +64,12 @@ class Words:
             async with asyncio.timeout(self._timeout_s):
                 transcript = await asyncio.shield(self._task)
         except TimeoutError:
-            self.failure = f"no words within {self._timeout_s * 1000:.0f} ms"
+            self.failure = f"it gave no words within {self._timeout_s:.1f} s"
             self.cancel()
             return None
         except grpc.aio.AioRpcError as exc:
             self.failure = f"{exc.code().name}: {exc.details()}"
+            self.dead = exc.code() == grpc.StatusCode.UNAVAILABLE
             return None
         except NoWords as exc:
             self.failure = str(exc)
@@ -134,10 +139,18 @@ class _UtteranceStream:
         self._queue.put_nowait(None)
 
 
+def words_deadline_s(audio_s: float, request_timeout_s: float, turn_deadline_s: float) -> float:
+    """How long the words of `audio_s` of speech are waited for: a recogniser's time grows with the audio, and a
+    slow one (a loaded machine) is worth waiting for up to the turn's own deadline."""
+    return min(turn_deadline_s, request_timeout_s + audio_s)
+
+
 class Hearing:
-    def __init__(self, *, stub: asr_pb2_grpc.AsrServiceStub, request_timeout_s: float, max_audio_s: float) -> None:
+    def __init__(self, *, stub: asr_pb2_grpc.AsrServiceStub, request_timeout_s: float, turn_deadline_s: float,
+                 max_audio_s: float) -> None:
         self._stub = stub
         self._timeout_s = request_timeout_s
+        self._turn_deadline_s = turn_deadline_s
         self._max_audio_s = max_audio_s
         self._stream: _UtteranceStream | None = None
         self._told = False  # an outage was reported; cleared by words that come or by the service coming back
@@ -164,8 +177,8 @@ class Hearing:
         stream, self._stream = self._stream, None
         if stream is None:
             return None
-        return Words(asyncio.create_task(stream.final(utterance_samples), name="asr::final"), self._timeout_s,
-                     on_cancel=stream.cancel)
+        return Words(asyncio.create_task(stream.final(utterance_samples), name="asr::final"),
+                     self._deadline_s(utterance_samples / SAMPLE_RATE), on_cancel=stream.cancel)
 
     def drop(self) -> None:
         """The utterance was given up (too long, stalled, the vad failed): free the service's stream now."""
@@ -174,8 +187,12 @@ class Hearing:
             stream.cancel()
 
     # -- whole clips (models that hear the audio) -------------------------------------------------------------
+    def _deadline_s(self, audio_s: float) -> float:
+        return words_deadline_s(audio_s, self._timeout_s, self._turn_deadline_s)
+
     def clip(self, wav: bytes) -> Words:
-        call = self._stub.Transcribe(asr_pb2.TranscribeRequest(wav=wav), timeout=self._timeout_s,
+        deadline_s = self._deadline_s(max(0, len(wav) - _WAV_HEADER_BYTES) / 2 / SAMPLE_RATE)
+        call = self._stub.Transcribe(asr_pb2.TranscribeRequest(wav=wav), timeout=deadline_s,
                                      metadata=logs.grpc_metadata())
 
         async def run() -> asr_pb2.Transcript:
@@ -184,7 +201,7 @@ class Hearing:
             finally:
                 call.cancel()
 
-        return Words(asyncio.ensure_future(run()), self._timeout_s)
+        return Words(asyncio.ensure_future(run()), deadline_s)
 
     # -- outages ----------------------------------------------------------------------------------------------
     def outage_reason(self, words: Words) -> str | None:
@@ -225,9 +242,15 @@ class SpokenWords:
         """The cascade's user message; raises Unheard when there is none."""
         text = await self._await()
         if text is None:
-            reason = self._words.failure if self._words is not None else ""
-            raise Unheard("unavailable", f"speech recognition is unavailable ({reason}), and the model "
-                                         f"{self._model_name} takes text only: type your message")
+            words = self._words
+            reason = words.failure if words is not None else ""
+            if words is not None and not words.dead:
+                raise Unheard("timeout", f"speech recognition failed on that utterance ({reason}); the model "
+                                         f"{self._model_name} takes text only, so it was not answered: please say "
+                                         "it again")
+            raise Unheard("unavailable", f"the speech recognition service is unavailable ({reason}), so what you "
+                                         f"said could not be heard; the model {self._model_name} takes text only: "
+                                         "speech is answered again once it is back, typed messages work meanwhile")
         if not text.strip():
             raise Unheard("not_heard", "no words were recognised in that utterance; please say it again")
         return text
@@ -270,7 +293,8 @@ class SpokenWords:
             self._send(event("transcript", turn_id=self._turn_id, text=self._text,
                              recognition_ms=self._words.recognition_ms))
         elif not self.cascade and (reason := self._hearing.outage_reason(self._words)) is not None:
+            what = "is unavailable" if self._words.dead else "failed"
             self._send(event("transcript", turn_id=self._turn_id, text=None,
-                             error=f"speech recognition is unavailable ({reason}); spoken words are not shown "
+                             error=f"speech recognition {what} ({reason}); spoken words are not shown "
                                    "or remembered as text until it is back"))
         return self._text

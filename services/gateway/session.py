@@ -65,6 +65,7 @@ class Session:
         self.vad: VadLink | None = None
         self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]),
                                request_timeout_s=self.gw.request_timeout_ms / 1000.0,
+                               turn_deadline_s=self.gw.turn_deadline_ms / 1000.0,
                                max_audio_s=self.gw.max_turn_audio_s)
         self.turns = 0
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)

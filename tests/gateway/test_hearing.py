@@ -91,7 +91,8 @@ async def test_without_the_asr_a_text_only_model_refuses_spoken_turns_and_typed_
     client = await ready_client(connect, audio_input=False)
     await speak(client)
     error = await client.wait_for("error")
-    assert error["code"] == "unavailable" and "takes text only: type your message" in error["message"]
+    assert error["code"] == "unavailable" and "service is unavailable (UNAVAILABLE" in error["message"]
+    assert "could not be heard" in error["message"]
     assert stack.llm.requests == []
     await client.send(type="text", text="Hello?")
     done = await client.wait_for("turn.done", count=2)
@@ -105,3 +106,28 @@ async def test_a_text_only_model_is_not_asked_when_no_words_were_heard(stack, co
     await speak(client)
     error = await client.wait_for("error")
     assert error["code"] == "not_heard" and stack.llm.requests == []
+
+
+@pytest.mark.parametrize("stack", [{"request_timeout_ms": 300}], indirect=True)
+async def test_a_recogniser_slower_than_the_request_timeout_gives_later_words_not_an_error(stack, connect):
+    """A loaded machine: the words of a 2 s utterance take longer than one request timeout. The words deadline
+    grows with the utterance, so the page still gets them and the history keeps them."""
+    stack.asr.delay_s = 0.9
+    client = await ready_client(connect, audio_input=True)
+    await speak(client)
+    await client.wait_for("turn.done")
+    transcript = client.events[client.types().index("transcript")]
+    assert transcript["text"] == WORDS and "error" not in transcript
+    await client.send(type="text", text="And Germany?")
+    await client.wait_for("turn.done", count=2)
+    assert stack.llm.requests[1].history[0].text == WORDS
+
+
+@pytest.mark.parametrize("stack", [{**TEXT_ONLY, "request_timeout_ms": 300}], indirect=True)
+async def test_a_slow_recogniser_delays_a_text_only_models_answer_without_an_error(stack, connect):
+    stack.asr.delay_s = 0.9
+    client = await ready_client(connect, audio_input=False)
+    await speak(client)
+    done = await client.wait_for("turn.done")
+    assert done["finish_reason"] == "stop" and "error" not in client.types()
+    assert stack.llm.requests[0].user.text == WORDS
