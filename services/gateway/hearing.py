@@ -236,7 +236,8 @@ class SpokenWords:
         self._send = send
         self._text: str | None = None
         self._settled = False
-        self.prefix = ""  # the words of an earlier part of the same utterance (services.gateway.resumption)
+        # The words of an earlier part of the same utterance, on their way (services.gateway.resumption)
+        self.prefix: asyncio.Future[str | None] | None = None
 
     async def message(self) -> str:
         """The cascade's user message; raises Unheard when there is none."""
@@ -260,6 +261,15 @@ class SpokenWords:
         rule reads them before the turn begins, for as long as it cares to wait; `message` then returns the same
         words under the usual deadline."""
         return await self._words.settled_text() if self._words is not None and not self._settled else self._text
+
+    async def _first_part(self) -> str:
+        """The earlier part's words, waited for as long as this part's own ("" if they do not come)."""
+        assert self.prefix is not None and self._words is not None
+        try:
+            async with asyncio.timeout(self._words._timeout_s):
+                return ((await asyncio.shield(self.prefix)) or "").strip()
+        except TimeoutError:
+            return ""
 
     def reply_started(self) -> None:
         if self._words is None:
@@ -285,8 +295,8 @@ class SpokenWords:
         if self._settled or self._words is None:
             return self._text
         self._text = await self._words.text()
-        if self._text is not None and self.prefix:
-            self._text = f"{self.prefix.strip()} {self._text.strip()}".strip()
+        if self._text is not None and self.prefix is not None:
+            self._text = f"{await self._first_part()} {self._text.strip()}".strip()
         self._settled = True
         if self._text is not None:
             self._hearing.heard()

@@ -32,15 +32,14 @@ class _Part:
 
 
 class Resumption:
-    def __init__(self, *, begin: Callable[[TurnInput], Awaitable[None]], hold_s: float, words_wait_s: float,
-                 word_turn_on: bool, grace_s: float) -> None:
-        """`begin` starts a turn; `hold_s`: the longest silence an unfinished phrase is held for; `words_wait_s`:
-        how long a joined turn waits for its first part's words; `grace_s`: how much later than a client's stop the
-        audio of the speech that stopped it may arrive (utterance_join.resumes_unheard)."""
+    def __init__(self, *, begin: Callable[[TurnInput], Awaitable[None]], hold_s: float, word_turn_on: bool,
+                 grace_s: float) -> None:
+        """`begin` starts a turn; `hold_s`: the longest silence an unfinished phrase is held for; `grace_s`: how
+        much later than a client's stop the audio of the speech that stopped it may arrive
+        (utterance_join.resumes_unheard)."""
         self._grace_s = grace_s
         self._begin = begin
         self._hold_s = hold_s
-        self._words_wait_s = words_wait_s
         self._word_turn_on = word_turn_on
         self._first: _Part | None = None
         self._dropped: dict[str, asyncio.Future[str | None]] = {}  # turn id -> the future its words go to
@@ -82,18 +81,14 @@ class Resumption:
             future.set_result(user_text)
         return False
 
-    async def joined(self, second: TurnInput) -> tuple[TurnInput, str]:
-        """The ended utterance widened by the part before it, if any, and that part's words ("" if none)."""
+    def joined(self, second: TurnInput) -> tuple[TurnInput, asyncio.Future[str | None] | None]:
+        """The ended utterance widened by the part before it, if any, and that part's words on their way (None:
+        no part before it)."""
         first, self._first = self._first, None
         if first is None:
-            return second, ""
-        try:
-            async with asyncio.timeout(self._words_wait_s):
-                text = await asyncio.shield(first.text)
-        except TimeoutError:
-            text = None
+            return second, None
         metrics.INTERRUPTIONS.labels("utterance_joined").inc()
-        return utterance_join.joined_input(first.inp, second), text or ""
+        return utterance_join.joined_input(first.inp, second), first.text
 
     async def ended(self, inp: TurnInput) -> None:
         """An utterance ended (joined already): begin its turn, or hold it while its words say it is unfinished."""

@@ -72,7 +72,7 @@ class Session:
         self._vad_failure_told = False  # until the vad service answers again
         # i36: an utterance resumed before its answer was heard becomes one turn; unfinished words are held
         self.resumption = Resumption(begin=self._begin_turn, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
-                                     words_wait_s=self.gw.request_timeout_ms / 1000.0, word_turn_on=self.gw.word_turn,
+                                     word_turn_on=self.gw.word_turn,
                                      grace_s=self.gw.jitter_ms / 1000.0)
 
     # -- sending ---------------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class Session:
             self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
             turn_id = self._turn_id()
             streamed = self.hearing.finish(round(utterance.audio_ms * 16))
-            inp, first_words = await self.resumption.joined(TurnInput(  # i36: with the part before it, if any
+            inp, first_words = self.resumption.joined(TurnInput(  # i36: with the part before it, if any
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
                 images=utterance.images if self._model_sees() else [],
                 image_ts=utterance.image_ts if self._model_sees() else [], t_input_end=utterance.received_at,
