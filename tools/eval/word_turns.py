@@ -156,7 +156,8 @@ def main() -> None:
         events = vad_run(vad, turn_model, settings, np.concatenate([clip.audio, tail]))
         results.append(judge(clip, events, words_at, vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
     summary = summarise(results, args.answer_latency_ms)
-    report = {"machine": platform.machine(), "stride": args.stride, "processor": platform.processor(), "vad_settings": settings.__dict__,
+    report = {"machine": platform.machine(), "stride": args.stride, "processor": platform.processor(),
+              "vad_settings": settings.__dict__,
               "asr_model": str(engine.model_dir.name), "summary": summary, "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
