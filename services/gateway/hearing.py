@@ -172,13 +172,15 @@ class Hearing:
     def streaming(self) -> bool:
         return self._stream is not None
 
-    def finish(self, utterance_samples: int) -> Words | None:
-        """The utterance ended after `utterance_samples` of the streamed audio: its words (None: none streamed)."""
+    def finish(self, utterance_samples: int, earlier_audio_s: float = 0.0) -> Words | None:
+        """The utterance ended after `utterance_samples` of the streamed audio: its words (None: none streamed).
+        `earlier_audio_s`: an earlier part of the same utterance still being recognised (services.gateway.
+        resumption), which the service finishes first: its length counts toward the deadline too."""
         stream, self._stream = self._stream, None
         if stream is None:
             return None
         return Words(asyncio.create_task(stream.final(utterance_samples), name="asr::final"),
-                     self._deadline_s(utterance_samples / SAMPLE_RATE), on_cancel=stream.cancel)
+                     self._deadline_s(utterance_samples / SAMPLE_RATE + earlier_audio_s), on_cancel=stream.cancel)
 
     def drop(self) -> None:
         """The utterance was given up (too long, stalled, the vad failed): free the service's stream now."""

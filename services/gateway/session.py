@@ -240,12 +240,12 @@ class Session:
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
             self.send(event("speech.ended", ts_ms=ev.end_ts_ms))
             turn_id = self._turn_id()
-            streamed = self.hearing.finish(round(utterance.audio_ms * 16))
             inp, first_words = self.resumption.joined(TurnInput(  # i36: with the part before it, if any
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
                 images=utterance.images if self._model_sees() else [],
                 image_ts=utterance.image_ts if self._model_sees() else [], t_input_end=utterance.received_at,
                 endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
+            streamed = self.hearing.finish(round(utterance.audio_ms * 16), (inp.audio_ms - utterance.audio_ms) / 1000)
             inp.words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=inp.audio_wav, streamed=streamed,
                                     cascade=self._text_only_model(),
                                     model_name=self.model.get("llm", {}).get("name", ""), send=self.send)
