@@ -2,7 +2,7 @@
 settings (SmolLM2-135M, which takes text only, Whisper tiny.en, Piper), the camera on, and the cued microphone.
 
 Four utterances, each once the answer to the one before has been played out: three questions, the second a
-greeting and a sentence pause before the question ("Hi there. … Can you tell me what a rainbow is?", one breath),
+greeting and a sentence pause before the question ("Hi there. … What is on the table in front of me?"),
 then "What did I just ask you?". Each question must be shown as said (by word overlap: the recogniser's spelling
 may differ), answered aloud and not interrupted, the greeting and its question must get one answer, the follow-up's
 request to the llm must carry the earlier questions' words, the page must say once that the model cannot see (and
@@ -28,9 +28,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 MIC_RATE = 48000
 PAUSE_S = 0.6  # the sentence pause after the greeting: longer than the turn model needs to call "Hi there." done
-QUESTIONS = (("What is the capital of France?",), ("Hi there.", "Can you tell me what a rainbow is?"),
-             ("What colour is the sky?",), ("What did I just ask you?",))
-KEY_WORDS = ("france", "rainbow", "sky")  # what the follow-up's history must carry, one per earlier question
+# Questions that Whisper tiny.en hears right in espeak-ng's voice (the point is the conversation, not the recogniser)
+QUESTIONS = (("What is the capital of France?",), ("Hi there.", "What is on the table in front of me?"),
+             ("Wait, what colour is the cup?",), ("What did I just ask you?",))
+KEY_WORDS = ("france", "table", "cup")  # what the follow-up's history must carry, one per earlier question
 SMOLLM2 = model_dir() / "offline" / "smollm2-135m-instruct-p64.litertlm"
 ANSWER_WAIT_S = 180  # per question, on a loaded 2-core machine: recognition, the model, synthesis and playback
 
@@ -122,7 +123,7 @@ def test_each_question_is_shown_as_said_and_the_greeting_and_its_question_are_on
         expected = _words(" ".join(said))
         overlap = len(expected & _words(shown)) / len(expected)
         assert overlap >= 0.6, (said, shown)
-    assert {"there", "rainbow"} <= _words(heard[1]), heard[1]  # the greeting and the question: one answer
+    assert {"there", "table"} <= _words(heard[1]), heard[1]  # the greeting and the question: one answer
     shown = " ".join(spoken.transcript).lower()
     assert all(word in shown for word in KEY_WORDS), spoken.transcript
 
