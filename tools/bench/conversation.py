@@ -37,6 +37,7 @@ async def converse(url: str, cases: list[Case], timeout: float, preroll_ms: floa
         ready = client.ready
         for case in cases:
             turn = TimedTurn(case.name)
+            client.frame_sent.clear()  # _turn finds the end-of-speech frame among this turn's frames
             padded = replace(case, pcm16=case.pcm16 + bytes(int((TRAILING_S - 0.8) * 16000) * 2))
             try:
                 await asyncio.wait_for(_turn(client, padded, turn, timeout, preroll_ms), timeout + 30)
