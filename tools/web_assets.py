@@ -3,7 +3,8 @@
 The page runs Silero VAD in the browser through @ricky0123/vad-web, which needs onnxruntime-web's WASM runtime and
 the Silero model. Everything is served by the gateway itself: no CDN, nothing fetched at run time.
 
-    python -m tools.web_assets            # npm ci (when web/package-lock.json changed), then copy into services/gateway/vendor
+    python -m tools.web_assets            # npm ci (when web/package-lock.json changed), then copy into
+                                          # services/gateway/vendor
     python -m tools.web_assets --check    # exit 1 if the vendor folder is missing or stale
 
 Idempotent and quick when nothing changed. The versions are pinned exactly in web/package.json: vad-web 0.0.31

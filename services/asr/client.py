@@ -20,7 +20,7 @@ import grpc
 from services.common import audio, config
 from sotto.v1 import asr_pb2, asr_pb2_grpc
 
-SAMPLE_RATE = 16000
+SAMPLE_RATE = audio.SPEECH_RATE  # what the asr service takes
 
 
 async def stream_utterance(stub: asr_pb2_grpc.AsrServiceStub, pcm: bytes, *, chunk_ms: float = 20.0,

@@ -1,13 +1,13 @@
 """One utterance recognised while it is spoken: the stable prefix by local agreement, and the final words.
 
-While audio arrives the growing buffer is re-recognised (a *partial* run) whenever the speaker pauses, and in a
-long utterance every interval, with the words already stable forced as the output's prefix. A word becomes stable once two consecutive hypotheses agree on it (local
-agreement, as in whisper_streaming), except the last word of the newest hypothesis, which the next audio may
-still complete. At the end only the unconfirmed tail is decoded, after the stable prefix; and when the newest
-hypothesis already covered the whole utterance (the audio after it is only the quiet that ended the utterance),
-it is the answer and nothing runs at all. A partial run also starts as soon as the speaker pauses, so that such a
-hypothesis usually exists: Whisper encodes a fixed 30 s window per run, so decoding fewer words saves little,
-while not running at all saves the whole recognition.
+While audio arrives the growing buffer is re-recognised (a *partial* run) whenever the speaker pauses, and in a long
+utterance every interval, with the words already stable forced as the output's prefix. A word becomes stable once
+two consecutive hypotheses agree on it (local agreement, as in whisper_streaming), except the last word of the
+newest hypothesis, which the next audio may still complete. At the end only the unconfirmed tail is decoded, after
+the stable prefix; and when the newest hypothesis already covered the whole utterance (the audio after it is only
+the quiet that ended the utterance), it is the answer and nothing runs at all. A partial run also starts as soon as
+the speaker pauses, so that such a hypothesis usually exists: Whisper encodes a fixed 30 s window per run, so
+decoding fewer words saves little, while not running at all saves the whole recognition.
 
 "Quiet" is relative: audio whose RMS is under a tenth (-20 dB) of the utterance's own, so microphone gain and a
 steady noise floor do not matter.

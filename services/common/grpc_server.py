@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from services.common import metrics
+from services.common.channels import server_options
 from services.common.config import CommonConfig
 from services.common.interceptor import ServiceInterceptor
 
@@ -40,18 +41,10 @@ class ServiceSpec:
     close: Callable[[], Awaitable[None]] | None = None
 
 
-def server_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    return [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.so_reuseport", 0),
-    ]
-
-
 async def run(spec: ServiceSpec, common: CommonConfig) -> None:
     """Serve until SIGTERM/SIGINT. Raises (exit non-zero) if the model cannot be loaded."""
     interceptor = ServiceInterceptor(spec.service_names)
-    server = grpc.aio.server(options=server_options(common.grpc_max_message_bytes), interceptors=[interceptor])
+    server = grpc.aio.server(options=server_options(common), interceptors=[interceptor])
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     spec.register(server)

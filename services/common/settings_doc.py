@@ -14,8 +14,9 @@ Every setting is an environment variable, read and validated once when a process
 process with a message naming the variable, the value and what it accepts. Each service reads the shared
 settings and its own section; the runner (`make up`) passes the environment on to every process.
 
-This page is generated from `services/common/config.py` (by `services/common/settings_doc.py`); after changing a setting there, regenerate it with
-`python -m services.common.config > docs/settings.md` (a test fails while the two differ).
+This page is generated from `services/common/config.py` (by `services/common/settings_doc.py`); after changing a
+setting there, regenerate it with `python -m services.common.config > docs/settings.md` (a test fails while the two
+differ).
 """
 
 GRPC_NOTE = """\

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import aiohttp
 
+from services.common import audio
 from services.common.audio import read_wav, wav_bytes
-from services.gateway.protocol import HEADER, HEADER_BYTES, FrameKind, pack_frame
+from services.gateway.wires.protocol import HEADER, HEADER_BYTES, PROTOCOL_VERSION, FrameKind, pack_frame
 
 # 512 samples, one Silero window per frame: what the page sends, and each frame completes exactly one vad window
 # (shorter frames complete windows unevenly, for more WebSocket messages and gateway wake-ups).
@@ -67,8 +68,8 @@ class GatewayClient:
         headers = {"Origin": self.origin} if self.origin else {}
         self.ws = await self.http.ws_connect(self.url, headers=headers, max_msg_size=0)
         self._reader = asyncio.create_task(self._read())
-        await self.send(type="session.start", protocol=1, sample_rate=16000, client_vad=client_vad, voice=voice,
-                        language=language, camera=True, turn_hold=turn_hold)
+        await self.send(type="session.start", protocol=PROTOCOL_VERSION, sample_rate=audio.SPEECH_RATE,
+                        client_vad=client_vad, voice=voice, language=language, camera=True, turn_hold=turn_hold)
         self.ready = await self.expect("session.ready", timeout=30)
         return self.ready
 
@@ -106,7 +107,7 @@ class GatewayClient:
 
         `sent`, if given, gets the monotonic time each frame left (a benchmark times from a given frame)."""
         assert self.ws is not None
-        step = 16 * FRAME_MS * 2
+        step = audio.SPEECH_RATE // 1000 * FRAME_MS * 2
         ts = time.time() * 1000 if ts_ms is None else ts_ms
         t0 = time.monotonic()
         for i in range(0, len(pcm16), step):
@@ -161,7 +162,7 @@ class GatewayClient:
         for i, jpeg in enumerate(jpegs):
             await self.send_jpeg(jpeg, ts0 + i * (len(pcm16) / 32) / max(1, len(jpegs)))
         await self.send_audio(pcm16, ts0, realtime)
-        silence = bytes(int(trailing_silence_s * 16000) * 2)
+        silence = bytes(int(trailing_silence_s * audio.SPEECH_RATE) * 2)
         sent_at = await self.send_audio(silence, ts0 + len(pcm16) / 32, realtime)
         speech_end = sent_at - (trailing_silence_s if realtime else 0.0)
         return await self.collect_turn(speech_end, timeout)
@@ -179,7 +180,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with GatewayClient(args.url) as client:
         if args.wav:
             info = read_wav(Path(args.wav).read_bytes())
-            if info.sample_rate != 16000 or info.channels != 1 or info.sample_width != 2:
+            if info.sample_rate != audio.SPEECH_RATE or info.channels != 1 or info.sample_width != 2:
                 print("the WAV must be 16 kHz mono PCM16 (e.g. `sox in.wav -r 16000 -c 1 -b 16 out.wav`)",
                       file=sys.stderr)
                 return 2

@@ -18,10 +18,15 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services.common import config, hardware, logs
-from services.gateway import openai_chat, realtime
-from services.gateway.dependencies import Dependencies
+from services.gateway.access import is_loopback
+from services.gateway.app import DEPS, LIMITS, MODELS, PER_CLIENT, SESSIONS, SETTINGS, Catalogue, LlmInfo
+from services.gateway.conversation.settings import SessionSettings
 from services.gateway.hosts import host_check
-from services.gateway.ws import DEPS, MODEL, PER_CLIENT, SESSIONS, SETTINGS, is_loopback, websocket
+from services.gateway.links.dependencies import Dependencies
+from services.gateway.v1_errors import v1_error_shape
+from services.gateway.wires import chat_completions as openai_chat
+from services.gateway.wires import realtime
+from services.gateway.wires.ws import websocket
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -55,19 +60,18 @@ async def refresh_model_info(app: web.Application, service: str, status: str) ->
     """What sessions are told in session.ready: the model's modalities and the voices, asked once per start."""
     if status != "SERVING":
         return
-    deps, model = app[DEPS], app[MODEL]
+    deps, models = app[DEPS], app[MODELS]
     try:
         if service == "llm":
             info = await llm_pb2_grpc.LlmServiceStub(deps.channels["llm"]).GetModelInfo(
                 llm_pb2.GetModelInfoRequest(), timeout=INFO_TIMEOUT_S)
-            model["llm"] = {"name": info.model, "backend": info.backend, "backend_reason": info.backend_reason,
-                            "audio_input": info.audio_input,
-                            "image_input": info.image_input, "fallback": info.fallback, "note": info.note}
+            models.update(llm=LlmInfo(name=info.model, backend=info.backend, backend_reason=info.backend_reason,
+                                      audio_input=info.audio_input, image_input=info.image_input,
+                                      fallback=info.fallback, note=info.note))
         elif service == "tts":
             voices = await tts_pb2_grpc.TtsServiceStub(deps.channels["tts"]).ListVoices(
                 tts_pb2.ListVoicesRequest(), timeout=INFO_TIMEOUT_S)
-            model["voices"] = [v.name for v in voices.voices]
-            model["default_voice"] = voices.default_voice
+            models.update(voices=tuple(v.name for v in voices.voices), default_voice=voices.default_voice)
     except grpc.aio.AioRpcError as exc:
         _LOGGER.warning("model_info_failed", extra={"dependency": service, "code": exc.code().name})
 
@@ -85,7 +89,7 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
     await deps.start()
     yield
     for session in list(app[SESSIONS]):
-        await session.ws.close(code=1001, message=b"gateway shutting down")
+        await session.output.close(code=1001, message=b"gateway shutting down")
     for task in list(tasks):
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -95,18 +99,19 @@ async def _dependencies(app: web.Application) -> AsyncIterator[None]:
 def create_app(settings: config.Settings) -> web.Application:
     common, gw = settings.common, settings.gateway
     hardware.register()
-    app = web.Application(middlewares=[host_check(settings)])
+    app = web.Application(middlewares=[v1_error_shape, host_check(settings)])
     app[SETTINGS] = settings
+    app[LIMITS] = SessionSettings.of(gw)
     app[DEPS] = Dependencies(
         addresses={"vad": config.grpc_address(gw.vad_addr, common.host, settings.vad.port),
                    "llm": config.grpc_address(gw.llm_addr, common.host, settings.llm.port),
                    "tts": config.grpc_address(gw.tts_addr, common.host, settings.tts.port),
                    "asr": config.grpc_address(gw.asr_addr, common.host, settings.asr.port)},
-        max_message_bytes=common.grpc_max_message_bytes, poll_s=gw.health_poll_ms / 1000,
+        common=common, poll_s=gw.health_poll_ms / 1000,
         hold=lambda: any(session.awaiting_first_audio() for session in app[SESSIONS]))
     app[SESSIONS] = weakref.WeakSet()
     app[PER_CLIENT] = Counter()
-    app[MODEL] = {}
+    app[MODELS] = Catalogue()
     app.cleanup_ctx.append(_dependencies)
     app.router.add_get("/", index)
     app.router.add_get("/ws", websocket)
@@ -149,8 +154,11 @@ def main() -> None:
     app = create_app(settings)
     scheme = "https" if tls else "http"
     _LOGGER.info("listening", extra={"address": f"{scheme}://{settings.common.host}:{settings.gateway.port}"})
+    # handler_cancellation: a client that drops its connection cancels its handler, so an abandoned
+    # /v1/chat/completions request cancels its llm call at once instead of generating for nobody (aiohttp's
+    # recommended way, and what its test server, which tests/gateway uses, does by default).
     web.run_app(app, host=settings.common.host, port=settings.gateway.port, print=None, ssl_context=tls,
-                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True)
+                shutdown_timeout=settings.common.shutdown_grace_s, handle_signals=True, handler_cancellation=True)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,8 @@ class Admission:
     @contextlib.asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
         if self._admitted >= self.max_admitted:
-            raise Busy(f"the model is busy: {self._admitted} requests in progress (limit {self.max_admitted}); retry shortly")
+            raise Busy(f"the model is busy: {self._admitted} requests in progress (limit {self.max_admitted}); "
+                       "retry shortly")
         self._admitted += 1
         try:
             await self._take_turn()

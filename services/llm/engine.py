@@ -19,6 +19,7 @@ import time
 import wave
 from pathlib import Path
 
+from services.common import config
 from services.llm import gpu, media
 from services.llm.context import ContextBudget
 from services.llm.conversations import ConversationCache, Turn, close_quietly, content
@@ -34,6 +35,8 @@ from services.llm.generation import (
 )
 from services.llm.memory import DEFAULT_KV_BYTES_PER_TOKEN, MemoryPlan, plan_memory
 from services.llm.native_log import stderr_tap
+
+_LLM, _COMMON = config.LlmConfig(), config.CommonConfig()  # the settings' defaults: written once
 
 __all__ = ["DEFAULT_CACHE_DIR", "EngineConfig", "Event", "FinishReason", "Finished", "GenerateRequest", "Generation",
            "LlmEngine", "ModelInfo", "Sampling", "TextDelta", "choose_backend"]
@@ -68,10 +71,10 @@ class EngineConfig:
     cpu_threads: int | None = None
     context_tokens: int | None = None  # None: the model's own maximum
     cache_dir: str = str(DEFAULT_CACHE_DIR)
-    max_sessions: int = 16
-    time_limit_s: float = 5.0
+    max_sessions: int = _LLM.max_sessions
+    time_limit_s: float = _LLM.max_inference_s
     media_limits: media.MediaLimits = media.MediaLimits()
-    memory_budget_fraction: float = 0.65
+    memory_budget_fraction: float = _COMMON.memory_budget
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
     model_name: str | None = None  # default: the file name without extension
 
@@ -107,7 +110,8 @@ class LlmEngine:
         self.config = config
         path = Path(config.model_path).expanduser()
         if not path.is_file():
-            raise EngineError(f"model file not found: {path}", "set SOTTO_LLM_MODEL or build one with tools/models/llm_kit")
+            raise EngineError(f"model file not found: {path}",
+                              "set SOTTO_LLM_MODEL or build one with tools/models/llm_kit")
         tap = stderr_tap()
         mark = tap.mark()
         try:
@@ -127,7 +131,8 @@ class LlmEngine:
             kv_bytes_per_token=config.kv_bytes_per_token,
         )
         if plan.lowered:
-            _LOGGER.warning("context lowered from %d to %d tokens to fit: %s", wanted, plan.context_tokens, plan.describe())
+            _LOGGER.warning("context lowered from %d to %d tokens to fit: %s", wanted, plan.context_tokens,
+                            plan.describe())
         audio_backend = config.audio_backend if modalities.audio else None
         Path(config.cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
@@ -177,7 +182,8 @@ class LlmEngine:
         log("llm backend: %s (%s)", backend, reason)
         return engine, backend, vision_on(backend), reason
 
-    def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None, audio_backend: str | None):
+    def _create(self, path: Path, plan: MemoryPlan, backend: str, vision_backend: str | None,
+                audio_backend: str | None):
         config = self.config
         tap = stderr_tap()
         mark = tap.mark()
@@ -192,7 +198,8 @@ class LlmEngine:
                 enable_benchmark=True,  # per-turn prefill/decode token counts and rates
             )
         except RuntimeError as exc:
-            raise EngineError(f"cannot load model {path.name} on {backend}", tap.reason_since(mark) or str(exc)) from exc
+            raise EngineError(f"cannot load model {path.name} on {backend}",
+                              tap.reason_since(mark) or str(exc)) from exc
 
     def _markup_tokens(self) -> int:
         """The tokens the chat template puts around one message (and the reply's opening), from the template."""

@@ -261,7 +261,8 @@ class Generation:
         reason = self._stop_reason
         if reason is None:
             at_context_end = tokens_after >= self._engine.info.context_tokens - 1
-            reason = FinishReason.LENGTH if decode >= request.sampling.max_new_tokens or at_context_end else FinishReason.STOP
+            at_length = decode >= request.sampling.max_new_tokens or at_context_end
+            reason = FinishReason.LENGTH if at_length else FinishReason.STOP
         now = time.monotonic()
         return Finished(
             text=text,

@@ -53,7 +53,8 @@ def probe() -> GpuProbe:
         return GpuProbe(False, reason=f"no GPU backend on {sys.platform}")
     loader = _load_loader()
     if loader is None:
-        return GpuProbe(False, reason="no Vulkan loader (libvulkan.so.1 not found; Debian/Ubuntu: apt install libvulkan1)")
+        return GpuProbe(False,
+                        reason="no Vulkan loader (libvulkan.so.1 not found; Debian/Ubuntu: apt install libvulkan1)")
     devices = _physical_devices(loader)
     if isinstance(devices, str):
         return GpuProbe(False, reason=devices)

@@ -68,7 +68,6 @@ def engine_config(cfg: config.LlmConfig, common: config.CommonConfig, model: Pat
         model_path=str(model),
         backend=cfg.backend,
         vision_backend=cfg.vision_backend,
-        audio_backend=cfg.audio_backend,
         cpu_threads=cfg.threads or None,
         context_tokens=cfg.context_tokens,
         cache_dir=str(writable_cache_dir(common.model_dir / "litert-lm-cache")),

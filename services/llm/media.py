@@ -12,7 +12,10 @@ import dataclasses
 import io
 import wave
 
+from services.common import config
 from services.llm.errors import InvalidInput
+
+_LLM = config.LlmConfig()  # the settings' defaults: the one place they are written
 
 ALLOWED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
@@ -24,7 +27,7 @@ class MediaLimits:
     max_image_side: int = 4096
     max_image_pixels: int = 16_000_000
     max_audio_items: int = 4
-    max_image_items: int = 4
+    max_image_items: int = _LLM.max_images
 
 
 @dataclasses.dataclass(frozen=True)

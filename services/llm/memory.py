@@ -12,7 +12,10 @@ import dataclasses
 import os
 import sys
 
+from services.common import config
 from services.llm.errors import MemoryBudgetError
+
+_COMMON = config.CommonConfig()  # the settings' defaults: the one place they are written
 
 DEFAULT_KV_BYTES_PER_TOKEN = 64 * 1024
 MIN_CONTEXT_TOKENS = 512
@@ -64,7 +67,7 @@ def plan_memory(
     model_bytes: int,
     context_tokens: int,
     *,
-    budget_fraction: float = 0.65,
+    budget_fraction: float = _COMMON.memory_budget,
     kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN,
     total_bytes: int | None = None,
     min_context_tokens: int = MIN_CONTEXT_TOKENS,

@@ -68,7 +68,7 @@ class LlmServicer(llm_pb2_grpc.LlmServiceServicer):
     def __init__(self, admission: Admission, defaults: SamplingDefaults, models: Models | None = None,
                  log_content: bool = False) -> None:
         self.models = models
-        self._log_content = log_content  # SOTTO_LOG_CONTENT: the message and the history's text may be logged  # set by the service's load step; no call reaches the servicer before
+        self._log_content = log_content  # SOTTO_LOG_CONTENT: the message and the history's text may be logged
         # Once a session's reply degraded (time limit), its later turns go to the smaller model, unless they
         # carry media it cannot take.
         self._degraded_sessions: collections.OrderedDict[str, None] = collections.OrderedDict()

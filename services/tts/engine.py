@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from services.common import config
 from services.tts.text import Sentence, SentenceSplitter
+
+_COMMON = config.CommonConfig()  # the settings' defaults: the one place they are written
 
 SAMPLE_RATE = 24000
 
@@ -115,8 +118,9 @@ def default_backend() -> str:
     return "mlx" if sys.platform == "darwin" and platform.machine() == "arm64" else "onnx"
 
 
-def create_engine(backend: str | None, folder: str | Path | dict[str, Path], memory_fraction: float = 0.65,
-                  threads: int | None = None, spin_wait: bool = False, **options) -> TtsEngine:
+def create_engine(backend: str | None, folder: str | Path | dict[str, Path],
+                  memory_fraction: float = _COMMON.memory_budget, threads: int | None = None,
+                  spin_wait: bool = False, **options) -> TtsEngine:
     """Build the configured backend ('onnx', 'mlx', 'piper'; None or 'auto' picks the platform's Kokoro).
 
     `folder`: Kokoro's model folder, or Piper's voices (name -> .onnx). `threads` and `spin_wait` are ONNX

@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from services.common import config
 from services.tts.engine import InvalidInput
 from services.tts.sentence_engine import CHUNK_SAMPLES, NEVER_CANCELLED, SentenceEngine
 from services.tts.voices import language_of
+
+_TTS = config.TtsConfig()  # the settings' defaults: the one place they are written
 
 LANGUAGES = ("en-us", "en-gb")
 MAX_PHONEMES = 510  # the model's context, less the two pad tokens
@@ -26,9 +29,10 @@ class KokoroBase(SentenceEngine):
     name = "kokoro"
 
     def __init__(self, voice_names: Iterable[str], tokenizer, default_voice: str | None = None,
-                 default_language: str = "en-us", max_chars: int = 4000, first_max_chars: int = 12,
+                 default_language: str = _TTS.language, max_chars: int = _TTS.max_text_chars, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25,
-                 clause_pause: float = 0.1, max_phonemes: int = MAX_PHONEMES, first_unit_words: int = 4) -> None:
+                 clause_pause: float = 0.1, max_phonemes: int = MAX_PHONEMES,
+                 first_unit_words: int = _TTS.first_unit_words) -> None:
         self._voice_names = sorted(voice_names)
         self._tokenizer = tokenizer
         super().__init__(default_voice or ("af_heart" if "af_heart" in self._voice_names else self._voice_names[0]),

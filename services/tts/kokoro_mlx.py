@@ -12,8 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
+from services.common import config
 from services.tts.engine import CancelEvent
 from services.tts.kokoro_base import MAX_PHONEMES, KokoroBase
+
+_COMMON = config.CommonConfig()  # the settings' defaults: the one place they are written
 
 
 def _physical_memory() -> int:
@@ -34,7 +37,7 @@ class KokoroMlx(KokoroBase):
 
     name = "kokoro-mlx"
 
-    def __init__(self, model_dir: str | Path, memory_fraction: float = 0.65, **options) -> None:
+    def __init__(self, model_dir: str | Path, memory_fraction: float = _COMMON.memory_budget, **options) -> None:
         import mlx.core as mx
         from kokoro_mlx.model import KokoroModel
         from kokoro_mlx.voices import VoiceManager

@@ -60,7 +60,8 @@ def model_folder(backend: str, explicit: Path | None, common: CommonConfig) -> P
     except ModelUnavailable as exc:
         kit = kit_dir(common)
         if (kit / KIT_MANIFEST).exists() and (kit / backend).is_dir():
-            _LOGGER.warning("model_fallback", extra={"model": str(kit / backend), "reason": str(exc).split(". Provide")[0],
+            _LOGGER.warning("model_fallback", extra={"model": str(kit / backend),
+                                                     "reason": str(exc).split(". Provide")[0],
                                                      "note": "offline kit: its voices are Japanese"})
             return kit / backend
         raise

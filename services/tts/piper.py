@@ -17,9 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from services.common import config
 from services.tts.engine import CancelEvent, InvalidInput
 from services.tts.onnx_session import cpu_session
 from services.tts.sentence_engine import CHUNK_SAMPLES, NEVER_CANCELLED, SentenceEngine
+
+_TTS = config.TtsConfig()  # the settings' defaults: the one place they are written
 
 
 def to_rate(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
@@ -53,9 +56,10 @@ class PiperEngine(SentenceEngine):
     name = "piper"
 
     def __init__(self, voices: dict[str, Path], threads: int | None = None, spin_wait: bool = False,
-                 default_voice: str | None = None, max_chars: int = 4000, first_max_chars: int = 12,
+                 default_voice: str | None = None, max_chars: int = _TTS.max_text_chars, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
-                 max_phonemes: int = 160, first_unit_words: int = 4) -> None:
+                 max_phonemes: int = _TTS.max_phonemes_per_run,
+                 first_unit_words: int = _TTS.first_unit_words) -> None:
         from piper import PiperVoice
         from piper.config import PiperConfig
 

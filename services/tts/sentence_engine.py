@@ -13,11 +13,14 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from services.common import config
 from services.common.audio import float_to_pcm16
 from services.tts.engine import SAMPLE_RATE, AudioChunk, CancelEvent, InvalidInput
 from services.tts.text import Sentence, SentenceSplitter, speakable, split_sentences
 
-CHUNK_SAMPLES = 2048
+_TTS = config.TtsConfig()  # the settings' defaults: the one place they are written
+
+CHUNK_SAMPLES = _TTS.chunk_samples
 SPEED_RANGE = (0.5, 2.0)
 NEVER_CANCELLED = CancelEvent()
 # Where one phrase is spoken as two units, each model run starts and ends in its own silence (Piper's: about 50 ms
@@ -32,9 +35,9 @@ class SentenceEngine:
     name = "engine"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, default_voice: str, max_chars: int = 4000, first_max_chars: int = 12,
+    def __init__(self, default_voice: str, max_chars: int = _TTS.max_text_chars, first_max_chars: int = 12,
                  chunk_samples: int = CHUNK_SAMPLES, sentence_pause: float = 0.25, clause_pause: float = 0.1,
-                 first_unit_words: int = 4) -> None:
+                 first_unit_words: int = _TTS.first_unit_words) -> None:
         self.default_voice = default_voice
         self.max_chars = max_chars
         self.first_max_chars = first_max_chars

@@ -23,6 +23,10 @@ import emoji
 import pysbd
 from num2words import num2words
 
+from services.common import config
+
+_TTS = config.TtsConfig()  # the settings' defaults: the one place they are written
+
 _FENCE = "```"
 # pysbd misses a stop inside a closing bracket: "It is big (really big.) Fine."
 _BRACKET_END = re.compile(r"(?<=[.!?][)\]])\s+(?=[\"“(\[]?[A-Z0-9])")
@@ -59,7 +63,8 @@ class SentenceSplitter:
     waiting for a whole first sentence (or even a clause that never comes) holds the first audio back by as much.
     """
 
-    def __init__(self, first_max_chars: int = 12, min_clause_chars: int = 4, first_unit_words: int = 4) -> None:
+    def __init__(self, first_max_chars: int = 12, min_clause_chars: int = 4,
+                 first_unit_words: int = _TTS.first_unit_words) -> None:
         self._segmenter = pysbd.Segmenter(language="en", clean=False, char_span=True)
         self._first_max = first_max_chars
         self._min_clause = min_clause_chars
@@ -175,7 +180,8 @@ def _split_brackets(text: str, start: int, end: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
-def split_sentences(text: str, first_max_chars: int = 12, first_unit_words: int = 4) -> list[Sentence]:
+def split_sentences(text: str, first_max_chars: int = 12,
+                    first_unit_words: int = _TTS.first_unit_words) -> list[Sentence]:
     """All sentences of a complete text."""
     splitter = SentenceSplitter(first_max_chars=first_max_chars, first_unit_words=first_unit_words)
     return splitter.push(text) + splitter.close()

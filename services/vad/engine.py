@@ -28,9 +28,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from services.common import audio
 from services.vad.endpointing import (CaptureClock, Edge, Endpointer, EndReason, SpeechEvent, SpeechEventKind,
                                       VadSettings)
 from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
+from services.vad.turn_features import SAMPLE_RATE as TURN_SAMPLE_RATE
 from services.vad.turn_features import WINDOW_SAMPLES as TURN_WINDOW_SAMPLES
 
 __all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason",
@@ -38,7 +40,7 @@ __all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventK
 
 # Samples per model window, and samples of the previous window the v5+ model expects
 # prepended to each one (silero-vad utils_vad.OnnxWrapper).
-WINDOW_SAMPLES = {16000: 512, 8000: 256}
+WINDOW_SAMPLES = audio.VAD_WINDOW_SAMPLES
 CONTEXT_SAMPLES = {16000: 64, 8000: 32}
 SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
 
@@ -109,7 +111,7 @@ class SileroVad:
         )
         return probs[:, 0], new_state
 
-    def open_stream(self, sample_rate: int = 16000, settings: VadSettings | None = None,
+    def open_stream(self, sample_rate: int = audio.SPEECH_RATE, settings: VadSettings | None = None,
                     emit_probabilities: bool = False, turn_model: SmartTurn | None = None) -> VadStream:
         return VadStream(self, sample_rate, settings or VadSettings(), emit_probabilities, turn_model)
 
@@ -162,7 +164,7 @@ class VadStream:
         self._window = WINDOW_SAMPLES[sample_rate]
         self._context_size = CONTEXT_SAMPLES[sample_rate]
         # The turn model hears 16 kHz only; 8 kHz streams end turns on silence.
-        semantic = settings.semantic and turn_model is not None and sample_rate == 16000
+        semantic = settings.semantic and turn_model is not None and sample_rate == TURN_SAMPLE_RATE
         self._turn_model = turn_model if semantic else None
         self._endpointer = Endpointer(settings, sample_rate, self._window, semantic)
         self.closed = False

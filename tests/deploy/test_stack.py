@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import urllib.request
 
@@ -24,28 +23,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 pytest.importorskip("python_on_whales", reason="python-on-whales is not installed (the deploy test deps)")
 aiohttp = pytest.importorskip("aiohttp", reason="aiohttp is not installed (the gateway extra)")
 
-from tools.compose import engine, images, model_env, stack as compose_stack  # noqa: E402
+from tests.deploy.images import build_once, why_not_runnable  # noqa: E402
+from tools.compose import engine, model_env, stack as compose_stack  # noqa: E402
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _why_not_runnable() -> str | None:
-    avail = engine.availability()
-    if not avail.ok:
-        return avail.problem
-    base = os.environ.get("SOTTO_BASE_IMAGE") or images.DEFAULT_BASE_IMAGE
-    if not engine.client(avail=avail).image.exists(base):
-        if os.environ.get("SOTTO_BASE_IMAGE"):
-            return f"SOTTO_BASE_IMAGE={base} is not an image the engine has"
-        if os.geteuid() != 0 or shutil.which("debootstrap") is None:
-            return (f"base image {base} is missing and cannot be built here: `python -m tools.compose base` needs "
-                    f"root and debootstrap (euid {os.geteuid()}, debootstrap "
-                    f"{'found' if shutil.which('debootstrap') else 'not found'})")
-    return None
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +41,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
                        "SOTTO_GATEWAY_PUBLISH_PORT": str(port),
                        "SOTTO_RUN_DIR": str(tmp_path_factory.mktemp("run"))})
     try:
-        reason = _why_not_runnable()
+        reason = why_not_runnable()
         if reason:
             pytest.skip(reason)
         host_models = model_env.host_model_dir(dict(os.environ)).is_dir()
         timeout = float(os.environ.get("SOTTO_TEST_DOCKER_TIMEOUT", "900"))
+        build_once(engine.client())
         try:
-            compose_stack.up(timeout, build_images=True, host_models=host_models)
+            compose_stack.up(timeout, build_images=False, host_models=host_models)
             yield port
         finally:
             compose_stack.down(volumes=True)

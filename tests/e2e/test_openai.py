@@ -195,11 +195,11 @@ async def test_chat_completions_with_an_image_streamed_and_not(real_stack: RealS
 async def test_chat_completions_bad_requests_on_the_real_stack(real_stack: RealStack) -> None:
     client = sdk(real_stack)
     not_a_picture = "data:image/jpeg;base64," + base64.b64encode(b"this is no JPEG").decode()
-    with pytest.raises(openai.BadRequestError) as refused_by_llm:
+    with pytest.raises(openai.BadRequestError) as undecodable:
         await client.chat.completions.create(model="sotto", messages=[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": not_a_picture}}]}])
     with pytest.raises(openai.BadRequestError) as refused_here:
         await client.chat.completions.create(model="sotto", messages=[{"role": "user", "content": "Hi"}],
                                              logprobs=True)
-    assert "JPEG" in refused_by_llm.value.message, refused_by_llm.value.body  # the llm service's own reason
+    assert "JPEG" in undecodable.value.message, undecodable.value.body  # decoded by the gateway on arrival
     assert refused_here.value.param == "logprobs"

@@ -23,12 +23,15 @@ letters/at: at [@]
 vm-tocallnum: press 1 to call this number
 vm-onefor: Press 1 for
 vm-whichbox: To leave a message, please enter a mailbox number.
+conf-thereare: There are currently
+priv-callpending: I have a caller waiting, who introduces themselves as:
+vm-intro: Please leave your message after the tone.  When done hang up or press the pound key. (simple tone sound plays)
 """
 
 
 def test_asterisk_transcripts_parse_by_name_and_skip_comments():
     got = hs.parse_asterisk_transcripts(ASTERISK_TEXT)
-    assert len(got) == 10
+    assert len(got) == 13
     assert got["dictate/forhelp"] == "press 0 for help"
     assert got["confbridge-leave-in"] == "To leave the conference..."
 
@@ -42,6 +45,9 @@ def test_asterisk_transcripts_parse_by_name_and_skip_comments():
     ("vm-tocallnum", hs.COMPLETE),           # "this number" is a finished phrase
     ("vm-onefor", hs.INCOMPLETE),
     ("vm-whichbox", hs.COMPLETE),
+    ("conf-thereare", hs.INCOMPLETE),        # no sentence ends on "currently"
+    ("priv-callpending", hs.INCOMPLETE),     # a colon announces what follows
+    ("vm-intro", hs.COMPLETE),               # the annotation after the sentence is not spoken
 ])
 def test_labels_follow_how_the_prompt_ends(name, expected):
     assert hs.label(hs.parse_asterisk_transcripts(ASTERISK_TEXT)[name]) == expected
@@ -50,6 +56,9 @@ def test_labels_follow_how_the_prompt_ends(name, expected):
 def test_spoken_words_drop_annotations_and_spell_symbols():
     assert hs.spoken_words("[this is a simple beep tone]") == ""
     assert hs.spoken_words("at [@]") == "at"
+    assert hs.spoken_words("(7 seconds of silence)") == ""
+    assert hs.spoken_words("<beep ascending>") == ""
+    assert hs.spoken_words("press the pound key. (simple tone sound plays)") == "press the pound key."
     assert hs.spoken_words("press * to pause, press # to exit") == "press star to pause, press pound to exit"
 
 

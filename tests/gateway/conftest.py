@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from services.common import config
-from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.wires.protocol import FrameKind, pack_frame
 from services.gateway.server import create_app
 from sotto.v1 import asr_pb2_grpc, llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
 from tests.gateway.fakes import FakeAsr, FakeLlm, FakeTts, FakeVad, start_fake

@@ -29,6 +29,7 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.holds = 0  # how many of the client's ends of speech asking a verdict are answered TURN_HELD
         self.ends: list[bool] = []  # each end of speech received: whether it asked for a verdict
         self.playing: list[bool] = []  # each answer_playing change received, in order
+        self.settings: list[vad_pb2.VadSettings] = []  # each stream's settings, in order
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
@@ -38,6 +39,8 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:
+            if req.HasField("settings"):
+                self.settings.append(req.settings)
             if req.HasField("answer_playing"):
                 self.playing.append(req.answer_playing)
             if req.end_of_speech:

@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.wires.protocol import FrameKind, pack_frame
 from tests.gateway.conftest import silence, speech
 from tests.gateway.test_turns import jpeg
 

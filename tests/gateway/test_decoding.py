@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.wires.protocol import FrameKind, pack_frame
 from tests.helpers import eventually
 
 

@@ -3,12 +3,14 @@ first audio (each check wakes gRPC threads on both sides, which slows synthesis 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.gateway.dependencies import PROTO_NAMES, Dependencies
+from services.common.config import CommonConfig
+from services.gateway.links.dependencies import PROTO_NAMES, Dependencies
 from tests.helpers import eventually
 
 POLL_S = 0.2
@@ -32,7 +34,7 @@ async def _watched(held: list[bool], count: int) -> list[float]:
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    deps = Dependencies(addresses={"vad": f"127.0.0.1:{port}"}, max_message_bytes=65536, poll_s=POLL_S,
+    deps = Dependencies(addresses={"vad": f"127.0.0.1:{port}"}, common=CommonConfig(), poll_s=POLL_S,
                         hold=lambda: held[0])
     try:
         await deps.start()
@@ -57,3 +59,44 @@ async def test_checks_come_every_interval_otherwise() -> None:
     gaps = sorted(b - a for a, b in zip(checks, checks[1:]))
     # one interval apart, and most of them well short of the two a held check waits
     assert gaps[0] >= POLL_S - 0.01 and gaps[len(gaps) // 2] < 2 * POLL_S - 0.01, gaps
+
+
+async def test_turns_spread_evenly_over_replicas_while_the_polls_run() -> None:
+    """A turn's calls rotate over every replica behind a name (round_robin, services.common.channels), evenly,
+    while the health polls run beside them."""
+    class _Replica(_CountingHealth):
+        turns = 0
+
+        async def Check(self, request, context):  # noqa: N802 - the gRPC method's name
+            self.turns += request.service == ""
+            return await super().Check(request, context)
+
+    replicas, servers, ports = [], [], []
+    for _ in range(3):
+        servicer = _Replica()
+        await servicer.set(PROTO_NAMES["llm"], health_pb2.HealthCheckResponse.SERVING)
+        server = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        ports.append(server.add_insecure_port("127.0.0.1:0"))
+        await server.start()
+        replicas.append(servicer)
+        servers.append(server)
+    target = "ipv4:" + ",".join(f"127.0.0.1:{p}" for p in ports)  # what DNS gives for 3 tasks behind one name
+    deps = Dependencies(addresses={"llm": target}, common=CommonConfig(), poll_s=0.02)
+    try:
+        await deps.start()
+        stub = health_pb2_grpc.HealthStub(deps.channels["llm"])
+        turn = health_pb2.HealthCheckRequest(service="")  # the polls ask for sotto.v1.LlmService
+        await eventually(lambda: all(r.checks for r in replicas), 10, "every replica polled")
+        for _ in range(30):  # until the turns' channel has all three connections ready
+            await stub.Check(turn, timeout=2)
+        before = [r.turns for r in replicas]
+        for _ in range(30):
+            await stub.Check(turn, timeout=2)
+            await asyncio.sleep(0.02)  # in step with the polls
+        turns = [r.turns - b for r, b in zip(replicas, before)]
+        assert turns == [10, 10, 10], turns
+    finally:
+        await deps.close()
+        for server in servers:
+            await server.stop(None)

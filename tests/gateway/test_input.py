@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from PIL import Image
 
-from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.wires.protocol import FrameKind, pack_frame
 
 
 async def _still_usable(client) -> None:

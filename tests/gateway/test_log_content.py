@@ -13,11 +13,11 @@ ANSWER = "Hello there. How are you?"  # what the fake llm says
 
 def _turn_lines(caplog: pytest.LogCaptureFixture) -> dict[str, logging.LogRecord]:
     return {r.getMessage(): r for r in caplog.records
-            if r.name == "services.gateway.turn" and r.getMessage() in ("turn_started", "turn_done")}
+            if r.name == "services.gateway.conversation.turn" and r.getMessage() in ("turn_started", "turn_done")}
 
 
 async def _typed_turn(connect, caplog: pytest.LogCaptureFixture) -> dict[str, logging.LogRecord]:
-    caplog.set_level(logging.INFO, logger="services.gateway.turn")
+    caplog.set_level(logging.INFO, logger="services.gateway.conversation.turn")
     client = await connect()
     await client.send(type="text", text=TYPED)
     await client.wait_for("turn.done")

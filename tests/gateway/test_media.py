@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from services.gateway.media import AudioTape, CameraFrame, JitterBuffer, pick_keyframes
-from services.gateway.protocol import Frame, FrameKind
+from services.gateway.conversation.inputs import MediaFrame
+from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, pick_keyframes
 
 
-def _f(seq: int) -> Frame:
-    return Frame(FrameKind.AUDIO_IN, seq, float(seq), b"\x00\x00")
+def _f(seq: int) -> MediaFrame:
+    return MediaFrame(seq, float(seq), b"\x00\x00")
 
 
 def test_jitter_buffer_reorders_and_drops_late_and_duplicates() -> None:
-    jb = JitterBuffer(500)
+    jb = JitterBuffer(0.5)
     out = [f.sequence for f in jb.push(_f(0), now=0.0)]
     out += [f.sequence for f in jb.push(_f(2), now=0.01)]
     out += [f.sequence for f in jb.push(_f(1), now=0.02)]
@@ -24,7 +24,7 @@ def test_jitter_buffer_reorders_and_drops_late_and_duplicates() -> None:
 
 
 def test_jitter_buffer_gives_up_on_a_gap_after_the_max_wait() -> None:
-    jb = JitterBuffer(500)
+    jb = JitterBuffer(0.5)
     jb.push(_f(0), now=0.0)
     assert jb.push(_f(2), now=0.1) == []
     assert [f.sequence for f in jb.release(now=0.7)] == [2]

@@ -207,7 +207,7 @@ async def test_a_busy_llm_fails_the_response(stack: Stack) -> None:
     ({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"transcription": {
         "model": "whisper-1"}}}}}, "asr service"),
     ({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"turn_detection": {
-        "type": "semantic_vad"}}}}}, '"server_vad"'),
+        "type": "semantic_vad", "eagerness": "eager"}}}}}, "low, medium, high, auto"),
     ({"type": "session.update", "session": {"type": "realtime", "audio": {"input": {"format": {
         "type": "audio/pcmu"}}}}}, '"audio/pcm"'),
     ({"type": "session.update", "session": {"type": "realtime", "tools": [{"type": "function", "name": "f"}]}},

@@ -27,7 +27,8 @@ async def test_a_held_turn_is_told_and_its_continuation_is_the_same_utterance(st
     await client.wait_for("turn.done")
     assert stack.vad.ends == [True]
     assert client.types().count("speech.ended") == 1 and client.types().count("turn.started") == 1
-    assert read_wav(stack.llm.requests[0].user.audio_wav).duration_s >= 1.05  # both parts (1.1 s of speech), one utterance
+    # both parts (1.1 s of speech), one utterance
+    assert read_wav(stack.llm.requests[0].user.audio_wav).duration_s >= 1.05
 
 
 async def test_a_client_that_does_not_say_turn_hold_is_never_held(stack, connect) -> None:

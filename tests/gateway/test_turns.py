@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from services.common.audio import read_wav
-from services.gateway.protocol import HEADER, FrameKind, pack_frame
+from services.gateway.wires.protocol import HEADER, FrameKind, pack_frame
 from sotto.v1 import vad_pb2_grpc
 from tests.gateway.conftest import silence, speech
 from tests.gateway.fakes import FakeVad, start_fake

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from services.gateway.vad_link import VadLink
+from services.gateway.links.vad import VadLink
 from sotto.v1 import vad_pb2
 
 FRAME = 512  # samples: one Silero window per frame, so every frame is sent as its own chunk
@@ -94,7 +94,8 @@ class _Session:
 async def link() -> AsyncIterator[tuple[VadLink, _Stub, _Session]]:
     stub, session = _Stub(), _Session()
     vad = VadLink(stub=stub, settings=vad_pb2.VadSettings(), sample_rate=16000, on_event=session.on_event,
-                  on_failure=session.on_failure, connect_timeout_s=CONNECT_TIMEOUT_S, batch_ms=0, batching=lambda: False, in_utterance=lambda: session.speaking)
+                  on_failure=session.on_failure, connect_timeout_s=CONNECT_TIMEOUT_S, batch_ms=0,
+                  batching=lambda: False, in_utterance=lambda: session.speaking)
     yield vad, stub, session
     await vad.close()
 
@@ -218,7 +219,8 @@ async def test_the_clients_end_of_speech_follows_the_audio_held_for_a_batch() ->
     """Audio held back while a turn thinks goes out first: the vad ends the utterance on all of it."""
     stub, session = _Stub(), _Session()
     vad = VadLink(stub=stub, settings=vad_pb2.VadSettings(), sample_rate=16000, on_event=session.on_event,
-                  on_failure=session.on_failure, connect_timeout_s=CONNECT_TIMEOUT_S, batch_ms=160, batching=lambda: True, in_utterance=lambda: False)
+                  on_failure=session.on_failure, connect_timeout_s=CONNECT_TIMEOUT_S, batch_ms=160,
+                  batching=lambda: True, in_utterance=lambda: False)
     try:
         send_frames(vad, 0, 7)  # one 5-window batch sent, two frames held
         vad.end_of_speech()

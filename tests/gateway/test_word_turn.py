@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.gateway.word_turn import WordVerdict, verdict
+from services.gateway.conversation.word_turn import WordVerdict, verdict
 
 
 @pytest.mark.parametrize("text", [

@@ -156,7 +156,8 @@ def test_session_is_rebuilt_when_history_differs(tiny_engine):
     prompt, reply = _prompt_that_stops(tiny_engine, system)
     run(tiny_engine, text=prompt, system_prompt=system, sampling=Sampling.greedy(40), session_id="edited")
     edited = (Turn("user", prompt), Turn("assistant", reply[: len(reply) // 2]))  # e.g. barge-in cut it
-    _, done = run(tiny_engine, text="Go on.", system_prompt=system, history=edited, sampling=GREEDY, session_id="edited")
+    _, done = run(tiny_engine, text="Go on.", system_prompt=system, history=edited, sampling=GREEDY,
+                  session_id="edited")
     assert not done.reused_conversation
 
 

@@ -273,13 +273,15 @@ def test_service_process_serves_health_and_the_cli(tmp_path):
             status = None
             while time.monotonic() < deadline and proc.poll() is None:
                 try:
-                    status = health.Check(health_pb2.HealthCheckRequest(service="sotto.v1.LlmService"), timeout=1).status
+                    status = health.Check(health_pb2.HealthCheckRequest(service="sotto.v1.LlmService"),
+                                          timeout=1).status
                 except grpc.RpcError:
                     status = None
                 if status == health_pb2.HealthCheckResponse.SERVING:
                     break
                 time.sleep(0.2)
-            assert status == health_pb2.HealthCheckResponse.SERVING, proc.stdout.read() if proc.poll() is not None else ""
+            exited = proc.stdout.read() if proc.poll() is not None else ""
+            assert status == health_pb2.HealthCheckResponse.SERVING, exited
         cli = subprocess.run(
             [sys.executable, "-m", "services.llm.client", "Hello there", "--image", str(_write_image(tmp_path)),
              "--max-new-tokens", "8", "--addr", f"127.0.0.1:{port}", "--timeout", "20"],

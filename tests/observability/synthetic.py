@@ -19,7 +19,7 @@ def turn_done_line(i: int, rng: random.Random, ts: float, outcome: str = "stop",
                "total_ms": round(first_audio + rng.uniform(500, 3000), 1)}
     if source == "speech":
         timings["endpoint_ms"] = round(endpoint, 1)
-    return json.dumps({"ts": ts, "level": "INFO", "service": "gateway", "logger": "services.gateway.turn",
+    return json.dumps({"ts": ts, "level": "INFO", "service": "gateway", "logger": "services.gateway.conversation.turn",
                        "session_id": "s1", "turn_id": f"t{i}", "event": "turn_done", "outcome": outcome,
                        "source": source, "reply_chars": 40, "heard_chars": 40, **timings})
 

@@ -81,7 +81,8 @@ async def expect_turn_error(client: GatewayClient, sent_at: float, limit_s: floa
 
 async def next_turn_works(client: GatewayClient) -> None:
     record = await client.text_turn("Are you back?", timeout=TURN_TIMEOUT_S)
-    assert record.done["finish_reason"] in ("stop", "length", "degraded"), [e for e in record.events if e["type"] == "error"]
+    errors = [e for e in record.events if e["type"] == "error"]
+    assert record.done["finish_reason"] in ("stop", "length", "degraded"), errors
     assert record.audio, "the turn after the recovery had no audio"
 
 
@@ -135,7 +136,8 @@ async def test_sigkill_vad_mid_utterance(stack: RealStack, utterance) -> None:
         MEASURED["vad_restart_s"] = (time.monotonic() - killed_at) + await asyncio.to_thread(
             wait_restarted, stack, "vad", victim)
         record = await client.spoken_turn(speech, timeout=TURN_TIMEOUT_S)  # the vad stream reopens by itself
-        assert record.done["finish_reason"] in ("stop", "length", "degraded"), [e for e in record.events if e["type"] == "error"]
+        errors = [e for e in record.events if e["type"] == "error"]
+        assert record.done["finish_reason"] in ("stop", "length", "degraded"), errors
         await observer.assert_only_health_seen()
     print(f"\nvad: error after {waited:.2f} s, healthy again after {MEASURED['vad_restart_s']:.1f} s")
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from services.common import config
-from services.gateway.protocol import HEADER
+from services.gateway.wires.protocol import HEADER
 from services.gateway.server import create_app
 from sotto.v1 import llm_pb2_grpc, tts_pb2_grpc, vad_pb2_grpc
 from tests.gateway.fakes import FakeLlm, FakeTts, FakeVad, start_fake

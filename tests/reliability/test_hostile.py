@@ -25,7 +25,7 @@ from PIL import Image
 
 from services.common.audio import wav_bytes
 from services.gateway.client import GatewayClient
-from services.gateway.protocol import FrameKind, pack_frame
+from services.gateway.wires.protocol import FrameKind, pack_frame
 from sotto.v1 import llm_pb2, llm_pb2_grpc, tts_pb2, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 from tests.reliability.conftest import pids, rss_kb
 from tools.stack import ROOT, RealStack, free_port

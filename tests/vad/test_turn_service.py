@@ -57,9 +57,11 @@ def audio(pcm: np.ndarray, sequence: int, **fields) -> vad_pb2.VadRequest:
 
 
 async def test_a_clients_end_of_speech_is_held_and_the_continuation_ends_it_once(stub, turn_clips):
-    """What the page does: send speech plus a short redemption, then audio.end; held, it sends the rest."""
-    held_before = metric("sotto_vad_turn_verdicts_total", outcome="incomplete")
-    complete_before = metric("sotto_vad_turn_verdicts_total", outcome="complete")
+    """What the page does: send speech plus a short redemption, then audio.end; held, it sends the rest, and keeps
+    streaming while the turn stays held. The turn ends once, over both parts: by the model's verdict, or (the model
+    judges espeak's continuation differently on different CPUs) at the held turn's silence limit."""
+    verdicts_before = {o: metric("sotto_vad_turn_verdicts_total", outcome=o) for o in ("incomplete", "complete",
+                                                                                       "timeout")}
     first = np.concatenate([silence(0.3), turn_clips["filler"], silence(0.1)])
     rest = np.concatenate([silence(0.5), turn_clips["rest"], silence(0.1)])
     call = stub.StreamAudio(timeout=30)
@@ -71,15 +73,21 @@ async def test_a_clients_end_of_speech_is_held_and_the_continuation_ends_it_once
     assert event.kind == Kind.TURN_HELD and 0 < event.turn_probability < 0.5, f"the filler was judged {event}"
     await call.write(audio(rest, 1))
     await call.write(vad_pb2.VadRequest(end_of_speech=True, ask_verdict=True))
-    while (event := await call.read()) is not grpc.aio.EOF and event.kind == Kind.TURN_HELD:
-        pass  # the rest's own pauses may be held too
-    assert event is not grpc.aio.EOF and event.kind == Kind.SPEECH_ENDED and event.turn_probability > 0.5
+    kinds, event = await answer(call)
+    for sequence in range(2, 5):  # held again: the page streams on, and the held turn's silence limit ends it
+        if event is grpc.aio.EOF or event.kind != Kind.TURN_HELD:
+            break
+        await call.write(audio(silence(VadSettings().max_turn_silence_ms / 1000 + 0.2), sequence))
+        kinds, event = await answer(call)
+    assert kinds == [] and event is not grpc.aio.EOF and event.kind == Kind.SPEECH_ENDED, f"the turn ended as {event}"
     assert event.end_sample > len(first) + len(rest) - 0.3 * 16000  # one utterance, both parts
     await call.done_writing()
     assert await rest_of(call) == []
-    assert metric("sotto_vad_turn_verdicts_total", outcome="incomplete") > held_before
-    assert metric("sotto_vad_turn_verdicts_total", outcome="complete") == complete_before + 1
-    assert metric("sotto_vad_endpoint_decision_seconds_count", reason="complete") >= 1
+    after = {o: metric("sotto_vad_turn_verdicts_total", outcome=o) for o in verdicts_before}
+    assert after["incomplete"] > verdicts_before["incomplete"]
+    assert after["complete"] + after["timeout"] == verdicts_before["complete"] + verdicts_before["timeout"] + 1
+    if event.turn_probability > 0.5:
+        assert after["complete"] == verdicts_before["complete"] + 1
 
 
 async def test_silence_only_clients_and_old_clients_end_on_their_end_of_speech(stub, turn_clips):

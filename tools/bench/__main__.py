@@ -1,5 +1,6 @@
-"""Command line: `run` (the whole benchmark), `tts` (speech engines side by side), `units` (how long the first unit of
-speech may be) and `compare A.json B.json`."""
+"""Command line: `run` (the whole benchmark), `peers` (Sotto beside a Pipecat pipeline of the same models),
+`tts` (speech engines side by side), `units` (how long the first unit of speech may be) and
+`compare A.json B.json`."""
 
 from __future__ import annotations
 
@@ -35,6 +36,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--headline-only", action="store_true", help="the headline conversation alone")
     run.add_argument("--keep-work", action="store_true",
                      help="keep the fixtures and the stacks' logs (kept anyway when the run fails)")
+    peers = sub.add_parser("peers", help="Sotto and a Pipecat pipeline of the same models, on the same clips, "
+                                         "turn by turn (make bench-peers)")
+    peers.add_argument("--rounds", type=int, default=3, help="times each clip is heard by each side")
+    peers.add_argument("--floor-rounds", type=int, default=2, help="component-floor measurements per clip")
+    peers.add_argument("--timeout", type=float, default=20.0, help="longest wait for one turn's reply")
+    peers.add_argument("--aligned", action="store_true",
+                       help="Pipecat's Whisper greedy on every core, as Sotto's asr (default: Pipecat's settings)")
+    peers.add_argument("--clips", type=lambda t: tuple(x for x in t.split(",") if x), default=(),
+                       help="only these clips (names as printed), comma list")
+    peers.add_argument("--set", action="append", default=[], metavar="SOTTO_X=VALUE",
+                       help="a Sotto setting other than the product's default (labelled so in the results)")
+    peers.add_argument("--out", type=Path, default=Path("bench/results"))
+    peers.add_argument("--keep-work", action="store_true", help="keep the clips and the logs")
     tts = sub.add_parser("tts", help="first chunk and RTF of speech engines, alone, on the same answers")
     tts.add_argument("--engines", type=lambda t: tuple(x for x in t.split(",") if x), default=("onnx", "piper"),
                      help="SOTTO_TTS_ENGINE values, comma list")
@@ -52,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare":
         rows = stats.compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()))
         print(stats.format_compare(rows, args.changed))
+        return 0
+    if args.command == "peers":
+        from tools.bench.peers import run_peers
+
+        changed = dict(item.split("=", 1) for item in args.set)
+        if any(not k.startswith("SOTTO_") for k in changed):
+            parser.error(f"--set takes SOTTO_NAME=VALUE (docs/settings.md), got {', '.join(args.set)}")
+        run_peers(args.rounds, args.out, args.timeout, args.aligned, args.floor_rounds, args.keep_work, args.clips,
+                  changed)
         return 0
     if args.command == "units":
         from tools.bench import components

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from services.common import config
 from services.gateway.client import FRAME_MS
-from services.gateway.vad_link import batch_windows
+from services.gateway.links.vad import batch_windows
 from services.llm.engine import LlmEngine, TextDelta
 from services.llm.loading import SamplingDefaults, engine_config
 from services.llm.wire import to_engine_request

@@ -79,7 +79,8 @@ def summarize_case(case: Case, rows: list[dict]) -> dict:
     ok = [r for r in rows if "overhead_ms" in r]
     return {"name": case.name, "client": case.client if case.source == "speech" else "typed",
            "turns": len(rows), "ok": len(ok),
-           "outcomes": {o: sum(r["stack"]["outcome"] == o for r in rows) for o in {r["stack"]["outcome"] for r in rows}},
+           "outcomes": {o: sum(r["stack"]["outcome"] == o for r in rows)
+                        for o in {r["stack"]["outcome"] for r in rows}},
            "ttfa_ms": stats.summary(r["stack"]["client_ttfa_ms"] for r in ok),
            "budget_ms": {stage: stats.summary(r["budget_ms"][stage] for r in ok) for stage in BUDGET_STAGES},
            "longest_gap_ms": stats.summary(r["stack"]["longest_gap_ms"] for r in ok),

@@ -40,6 +40,29 @@ def median_ci(values: Iterable[float | None], level: float = 0.95) -> list[float
     return [round(float(interval.low), 1), round(float(interval.high), 1)]
 
 
+def ratio_ci(a: Iterable[float], b: Iterable[float], q: float = 50.0,
+             level: float = 0.95) -> tuple[float | None, list[float] | None]:
+    """The q-th percentile of `a` over that of `b`, and its paired bootstrap interval [low, high]: `a[i]` and
+    `b[i]` are one pair (the same clip, back to back), so pairs are resampled together and what the machine did
+    to both at that moment stays in the pair. A fixed seed; no interval below two pairs, no ratio without pairs."""
+    x, y = np.asarray(list(a), dtype=float), np.asarray(list(b), dtype=float)
+    if len(x) != len(y):
+        raise ValueError(f"paired samples must be as long as each other, got {len(x)} and {len(y)}")
+    if not len(x):
+        return None, None
+
+    def ratio(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.percentile(u, q, axis=axis) / np.percentile(v, q, axis=axis)
+
+    value = round(float(ratio(x, y)), 3)
+    if len(x) < 2:
+        return value, None
+    result = scipy_stats.bootstrap((x, y), ratio, paired=True, vectorized=True, confidence_level=level,
+                                   n_resamples=4000, method="percentile", rng=np.random.default_rng(0))
+    interval = result.confidence_interval
+    return value, [round(float(interval.low), 3), round(float(interval.high), 3)]
+
+
 def playback_gaps(chunks: Iterable[tuple[float, int]], rate: int) -> list[float]:
     """The silences (ms) a listener hears between audio chunks, from (arrival s, samples) in arrival order: a player
     that starts with the first chunk and plays on (the page's AudioWorklet, which keeps no buffer in reserve) runs

@@ -21,7 +21,7 @@ import aiohttp
 
 from services.common.audio import wav_bytes
 from services.gateway.client import FRAME_MS, GatewayClient
-from services.gateway.protocol import HEADER, FrameKind
+from services.gateway.wires.protocol import HEADER, FrameKind
 from tools.bench.fixtures import Case
 
 TRAILING_SILENCE_S = 0.8

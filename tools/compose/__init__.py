@@ -15,5 +15,5 @@ in a private docker config folder under SOTTO_RUN_DIR (default ./run), so nothin
 
 Modules: `common` (paths, the error type, probing commands), `engine` (finding or starting an engine and compose
 v2), `images` (the offline builds), `model_env` (the container side of SOTTO_MODEL_DIR), `stack` (up, down, ps,
-logs, scale), `__main__` (the command line).
+logs, scale), `swarm` (the same file as a Docker Swarm stack: docs/scaling.md), `__main__` (the command line).
 """

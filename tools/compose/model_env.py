@@ -10,8 +10,8 @@ from pathlib import Path
 from tools.compose.common import ComposeError, run_dir
 
 CONTAINER_MODEL_DIR = "/models"
-MODEL_PATH_VARS = ("SOTTO_VAD_MODEL", "SOTTO_VAD_TURN_MODEL", "SOTTO_LLM_MODEL", "SOTTO_LLM_FALLBACK_MODEL", "SOTTO_TTS_MODEL",
-                   "SOTTO_ASR_MODEL")
+MODEL_PATH_VARS = ("SOTTO_VAD_MODEL", "SOTTO_VAD_TURN_MODEL", "SOTTO_LLM_MODEL", "SOTTO_LLM_FALLBACK_MODEL",
+                   "SOTTO_TTS_MODEL", "SOTTO_ASR_MODEL")
 
 
 def host_model_dir(environ: dict[str, str]) -> Path:

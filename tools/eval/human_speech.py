@@ -53,9 +53,13 @@ SOURCES = (
 _ASTERISK_SOUNDS = "usr/share/asterisk/sounds/en_US_f_Allison"
 _ASTERISK_TEXT = "usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
 _SPHINX = "usr/share/pocketsphinx/test/data"
+_NAMES = ("letters/", "digits/", "phonetic/")
 # Spoken symbols in the Asterisk prompts ("press # to exit" is said "press pound to exit").
 _SYMBOLS = {"#": " pound ", "*": " star "}
 _DETERMINERS = {"a", "an", "the", "this", "that", "your", "my", "different"}
+# Words no finished English sentence ends on: "There are currently", "incoming call from", "less than".
+_DANGLING = {"for", "from", "as", "is", "are", "was", "currently", "than", "the", "a", "an", "to", "of", "and",
+             "or", "with", "by"}
 _SPHINX_LINE = re.compile(r"^(?:<s>)?\s*(?P<words>.*?)\s*(?:</s>)?\s*\((?P<id>[^()]+)\)\s*$")
 
 
@@ -106,24 +110,26 @@ def parse_asterisk_transcripts(text: str) -> dict[str, str]:
 
 
 def spoken_words(transcript: str) -> str:
-    """The words as said: bracketed annotations ("[ascending tones]", "at [@]") dropped, # and * spelled out."""
-    text = re.sub(r"\[[^\]]*\]", " ", transcript)
+    """The words as said: annotations ("[ascending tones]", "at [@]", "(simple tone sound plays)", "<beep
+    ascending>") dropped, # and * spelled out."""
+    text = re.sub(r"\[[^\]]*\]|\([^)]*\)|<[^>]*>", " ", transcript)
     for symbol, word in _SYMBOLS.items():
         text = text.replace(symbol, word)
     return " ".join(text.split())
 
 
 def label(transcript: str) -> str:
-    """Incomplete when the speaker trails off ("..."), or stops on a word that asks for more: a bare "for"
-    ("press 1 for") or a "number" still waiting for its digits ("You are entering conference number"), while
-    "press 2 to enter a different number" or "Please enter the pin number." are finished sentences."""
-    text = transcript.strip()  # only the ending counts: "...has left the conference." ends a turn
-    if text.endswith("..."):
+    """Incomplete when the speaker trails off ("...", or a colon), or stops on a word that asks for more: one no
+    sentence ends on ("press 1 for", "There are currently") or a "number" still waiting for its digits ("You are
+    entering conference number"), while "press 2 to enter a different number" or "Please enter the pin number."
+    are finished sentences."""
+    text = re.sub(r"\([^)]*\)|<[^>]*>", " ", transcript).strip()  # only the ending counts: "...has left." ends
+    if text.endswith(("...", ":")):
         return INCOMPLETE
     if text[-1:] in ".?!":
         return COMPLETE
     words = re.findall(r"[\w']+", text.lower())
-    if words and words[-1] == "for":
+    if len(words) >= 2 and words[-1] in _DANGLING:  # a lone "for" or "and" is ambiguous: said as a word
         return INCOMPLETE
     if len(words) >= 2 and words[-1] == "number" and words[-2] not in _DETERMINERS:
         return INCOMPLETE
@@ -161,8 +167,10 @@ def asterisk_clips(cache: Path = DEFAULT_CACHE) -> list[Clip]:
         path, words = sounds / f"{name}.wav", spoken_words(transcript)
         if not path.exists() or not re.search(r"\w", words):
             continue
-        out.append(Clip(f"asterisk/{name}", to_16k(path.read_bytes(), str(path)), words, label(transcript),
-                        SOURCES[0].licence))
+        # letters/, digits/ and phonetic/ name a symbol ("less than", "for"): each is said as a whole.
+        named = name.startswith(_NAMES)
+        out.append(Clip(f"asterisk/{name}", to_16k(path.read_bytes(), str(path)), words,
+                        COMPLETE if named else label(transcript), SOURCES[0].licence))
     return out
 
 

@@ -102,5 +102,6 @@ async def _one(stub: asr_pb2_grpc.AsrServiceStub, clip: Clip, rng: np.random.Gen
     assert final is not None
     return {"text": clip.text, "voice": clip.voice, "speed": clip.speed, "noisy": clip.noisy,
             "audio_ms": round(len(clip.speech) / 16), "whole": whole.text, "whole_ms": round(whole_ms, 1),
-            "streamed": final.text, "streamed_ms": round(streamed_ms, 1), "covered": final.covered, "partial_runs": final.partial_runs, "stable_chars": final.stable_chars}
+            "streamed": final.text, "streamed_ms": round(streamed_ms, 1), "covered": final.covered,
+            "partial_runs": final.partial_runs, "stable_chars": final.stable_chars}
 

@@ -1,6 +1,6 @@
 """End of turn on human speech: the audio turn model alone against the audio model with the words
-(services.gateway.word_turn) and the joining of an utterance resumed before its answer was heard
-(services.gateway.utterance_join).
+(services.gateway.conversation.word_turn) and the joining of an utterance resumed before its answer was heard
+(services.gateway.conversation.utterance_join).
 
     python -m tools.eval.word_turns [--out bench/results/eval_word_turns.json] [--answer-latency-ms 1000]
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from services.asr.loading import load_engine
 from services.common import config
-from services.gateway.word_turn import WordVerdict, verdict
+from services.gateway.conversation.word_turn import WordVerdict, verdict
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
 from services.vad.loading import default_settings, load_model
 from services.vad.smart_turn import SmartTurn, default_model_path

