@@ -34,10 +34,11 @@ from tqdm import tqdm
 
 from services.common import config
 from services.gateway.client import FRAME_MS
-from services.gateway.protocol import HEADER, FrameKind
+from services.gateway.wires.protocol import HEADER, FrameKind
 from services.llm.loading import OFFLINE_MODEL
 from services.vad.loading import load_model
 from tools.bench import peers_report, stats
+from tools.eval import human_speech
 from tools.bench.peers_clips import RATE, Clip, espeak_clips, human_clips, schedule, write_clip
 from tools.bench.peers_floor import Floor
 from tools.bench.wsdriver import TimedClient
@@ -49,11 +50,6 @@ RUNNER = Path(__file__).with_name("peers_pipecat.py")
 STACK_ENV = {"SOTTO_LLM_THREADS": "0"}
 FRAME_BYTES = RATE * FRAME_MS // 1000 * 2
 TARGET_RATIO_P50 = 0.8
-
-
-def human_cache() -> Path:
-    """Where the human-speech packages are unpacked: beside the model cache, outside the repository."""
-    return model_dir().parent / "human-speech"
 
 
 class PipecatSide:
@@ -156,7 +152,7 @@ async def sotto_turn(url: str, clip: Clip, timeout: float) -> dict:
 
 def _clips(work: Path) -> list[Clip]:
     vad = load_model(None)
-    return human_clips(human_cache(), work, vad) + espeak_clips(work, vad)
+    return human_clips(human_speech.DEFAULT_CACHE, work, vad) + espeak_clips(work, vad)
 
 
 def run_peers(rounds: int = 3, out_dir: Path = Path("bench/results"), timeout: float = 20.0, aligned: bool = False,

@@ -13,9 +13,7 @@ alone, so both sides are timed from the same sample.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import numpy as np
 from services.common.audio import read_wav, wav_bytes
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
 from tools.bench.fixtures import LONG_QUESTION, SHORT_QUESTION
+from tools.eval.human_speech import fetch  # the evaluation's fetcher: one way to get the packages
 from tools.speech import speak
 
 RATE = 16000
@@ -64,28 +63,6 @@ class Clip:
         return len(self.pcm16) / (2 * RATE)
 
 
-def fetch_packages(cache: Path) -> Path:
-    """The packages unpacked under `cache` (downloaded once); RuntimeError naming the package when apt fails."""
-    root = cache / "root"
-    marker = cache / ".unpacked"
-    if marker.exists():
-        return root
-    root.mkdir(parents=True, exist_ok=True)
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        raise RuntimeError(f"the human-speech clips come from Debian packages ({', '.join(PACKAGES)}): apt-get and "
-                           "dpkg are needed")
-    with tempfile.TemporaryDirectory() as tmp:
-        for package in PACKAGES:
-            got = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True, text=True)
-            debs = list(Path(tmp).glob(f"{package}_*.deb"))
-            if not debs:
-                raise RuntimeError(f"apt-get download {package} failed (is `apt-get update` done?): "
-                                   f"{got.stderr.strip()[-300:]}")
-            subprocess.run(["dpkg", "-x", str(debs[0]), str(root)], check=True)
-    marker.touch()
-    return root
-
-
 def to_16k(path: Path, workdir: Path) -> bytes:
     """16 kHz mono PCM16 of a WAV file (sox resamples with a fixed dither, as tools.speech does)."""
     out = workdir / f"{path.stem}.16k.wav"
@@ -106,7 +83,7 @@ def speech_end_s(pcm16: bytes, vad: SileroVad) -> float:
 
 
 def human_clips(cache: Path, workdir: Path, vad: SileroVad) -> list[Clip]:
-    root = fetch_packages(cache)
+    root = fetch(PACKAGES, cache)
     clips = []
     for name, rel, text in HUMAN:
         pcm = to_16k(root / rel, workdir)
