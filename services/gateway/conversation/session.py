@@ -231,6 +231,14 @@ class Session:
         return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
 
+    def _speech_received_at(self, start: int) -> float:
+        """When the gateway got new speech's first sample. A client with its own VAD sends only speech, so the
+        padded start can fall into the previous utterance's audio, received long before: a time not after that
+        utterance's end is not this speech's, and then now (a little late, so never a heard answer withdrawn)."""
+        at = self.intake.tape.received_at(start)
+        last_end = self.turn.inp.t_input_end if self.turn is not None else None
+        return at if at is not None and (last_end is None or at > last_end) else time.monotonic()
+
     # -- vad events ------------------------------------------------------------------------------------------
     async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
         self._vad_failure_told = False
@@ -241,7 +249,7 @@ class Session:
                 first = origin + ev.start_sample - round(self.settings.preroll_s * SAMPLE_RATE_IN)
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
-            resumed_at = self.intake.tape.received_at(origin + ev.start_sample) or time.monotonic()
+            resumed_at = self._speech_received_at(origin + ev.start_sample)
             if (dropped := self.resumption.speech_started(self.turn, resumed_at)) is not None:
                 if dropped:  # the same utterance goes on: its unheard answer is withdrawn
                     self.history.withdraw(self.turn)  # if remembered already: the joined turn has its words
