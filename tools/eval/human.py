@@ -34,15 +34,13 @@ from services.asr.engine import EngineSettings, WhisperEngine
 from services.asr.loading import model_folder
 from services.common import config
 from services.vad.engine import EndReason, VadSettings
-from services.vad.loading import default_settings, load_model
-from services.vad.smart_turn import SmartTurn, default_model_path
 from tools.bench.stats import commit, machine, summary
 from tools.stack import model_dir
 from tools.eval import human_speech
 from tools.eval.answers import default_models
 from tools.eval.cascade import run_turns
 from tools.eval.corpus import wer
-from tools.eval.turns import endpoint
+from tools.eval.turns import endpoint, load_turn_engines
 
 LEAD_S, TAIL_S = 0.4, 2.5     # quiet before the clip; after it, longer than the longest held silence
 PAUSES_S = (0.6, 0.9, 1.2)    # how long a speaker who trailed off might pause before going on
@@ -95,12 +93,7 @@ def hearing(clips: list[human_speech.Clip], folder: Path) -> dict:
 
 
 def turn_taking(clips: list[human_speech.Clip]) -> dict:
-    cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
-    common = config.exit_on_error(lambda: config.load(config.CommonConfig))
-    defaults = config.exit_on_error(lambda: default_settings(cfg))
-    vad = load_model(cfg.model)
-    turn_model = SmartTurn(cfg.turn_model or default_model_path(common.model_dir))
-    turn_model.warm_up()
+    defaults, vad, turn_model = load_turn_engines()
     rate = human_speech.SAMPLE_RATE
     lead, tail = np.zeros(int(LEAD_S * rate), np.int16), np.zeros(int(TAIL_S * rate), np.int16)
     items = [(clip, Utterance(np.concatenate([lead, clip.audio, tail]), len(lead) + speech_end(clip.audio)))

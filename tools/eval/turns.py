@@ -72,16 +72,21 @@ def summarise(items: list[Item], results: list[dict]) -> dict:
     return summary
 
 
+def load_turn_engines() -> tuple[VadSettings, SileroVad, SmartTurn]:
+    """The vad's default settings, Silero and the warmed end-of-turn model, as the vad service loads them."""
+    cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
+    common = config.exit_on_error(lambda: config.load(config.CommonConfig))
+    defaults = config.exit_on_error(lambda: default_settings(cfg))
+    turn_model = SmartTurn(cfg.turn_model or default_model_path(common.model_dir))
+    turn_model.warm_up()
+    return defaults, load_model(cfg.model), turn_model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Evaluate the semantic end of turn against silence alone.")
     parser.add_argument("--out", type=Path, default=Path("bench/results/eval_turns.json"))
     args = parser.parse_args()
-    cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
-    common = config.exit_on_error(lambda: config.load(config.CommonConfig))
-    defaults = config.exit_on_error(lambda: default_settings(cfg))
-    vad = load_model(cfg.model)
-    turn_model = SmartTurn(cfg.turn_model or default_model_path(common.model_dir))
-    turn_model.warm_up()
+    defaults, vad, turn_model = load_turn_engines()
     with tempfile.TemporaryDirectory() as workdir:
         items = build(Path(workdir))
     modes = {"semantic": VadSettings(**{**defaults.__dict__, "semantic": True}),
