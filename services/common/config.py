@@ -216,6 +216,11 @@ class GatewayConfig:
                                       lo=50, hi=600000)
     turn_deadline_ms: int = setting("SOTTO_TURN_DEADLINE_MS", 30000,
                                     "gRPC deadline of a whole turn's llm and tts calls.", lo=500, hi=600000)
+    answer_wait_ms: int = setting(
+        "SOTTO_GATEWAY_ANSWER_WAIT_MS", 15000,
+        "How long a turn waits for the llm's first text, and, once the reply is written, for its first audio: a "
+        "queued request, a long history, an image or a busy machine means a later answer (the page shows it is "
+        "thinking), not an error. At most SOTTO_TURN_DEADLINE_MS.", lo=50, hi=600000)
     words_wait_per_audio_s: float = setting(
         "SOTTO_GATEWAY_WORDS_WAIT_PER_AUDIO_S", 4.0,
         "An utterance's words are waited for SOTTO_REQUEST_TIMEOUT_MS plus this many seconds per second of its "

@@ -7,6 +7,7 @@ import io
 
 import grpc
 import numpy as np
+import pytest
 from PIL import Image
 
 from services.common.audio import read_wav
@@ -119,13 +120,14 @@ async def test_llm_failure_is_an_error_event(stack, connect) -> None:
     assert err["code"] == "unavailable" and err["turn_id"]
 
 
-async def test_llm_that_never_answers_times_out_within_the_request_timeout(stack, connect) -> None:
+@pytest.mark.parametrize("stack", [{"answer_wait_ms": 1500}], indirect=True)
+async def test_llm_that_never_answers_times_out_within_the_answer_wait(stack, connect) -> None:
     stack.llm.first_delay_s = 30
     client = await connect()
     await client.send(type="text", text="Hi")
     err = await client.wait_for("error")
-    # the request timeout fired (the message names it), not the turn's far longer deadline
-    timeout_ms = stack.settings.gateway.request_timeout_ms
+    # the answer wait fired (the message names it), not the turn's far longer deadline
+    timeout_ms = stack.settings.gateway.answer_wait_ms
     assert err["code"] == "timeout" and f"llm service did not answer within {timeout_ms} ms" in err["message"], err
     # the call was cancelled, not abandoned
     assert await eventually(lambda: stack.llm.cancelled, 2.0, "the cancel to reach the llm service") == 1

@@ -20,7 +20,9 @@ import pytest
 from services.common import config
 from tools.stack import RealStack, grpc_serving, start_stack, stop_stack, wait_until
 
-REQUEST_TIMEOUT_MS = config.load(config.GatewayConfig, {}).request_timeout_ms
+_DEFAULTS = config.load(config.GatewayConfig, {})
+REQUEST_TIMEOUT_MS = _DEFAULTS.request_timeout_ms
+ANSWER_WAIT_MS = _DEFAULTS.answer_wait_ms  # a turn's wait for the llm's first text and the first audio
 SERVICES = ("vad", "llm", "tts", "gateway")
 
 
@@ -83,6 +85,7 @@ def wait_restarted(stack: RealStack, name: str, old_pid: int, timeout: float = 1
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
-    real = start_stack(tmp_path_factory.mktemp("rel-stack"), SOTTO_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS))
+    real = start_stack(tmp_path_factory.mktemp("rel-stack"), SOTTO_REQUEST_TIMEOUT_MS=str(REQUEST_TIMEOUT_MS),
+                       SOTTO_GATEWAY_ANSWER_WAIT_MS=str(ANSWER_WAIT_MS))
     yield real
     stop_stack(real)

@@ -126,6 +126,7 @@ class Answer:
     suppressed: int  # speech segments the page's barge-in gate held back meanwhile
     said_at_ms: float | None = None  # page clock: when the user's cut-in began
     stopped_at_ms: float | None = None  # page clock: when playback had stopped for the interrupt
+    errors: tuple[str, ...] = ()  # the turn's error events, as "code: message" (why an answer may be missing)
 
     @property
     def cut_in_to_stop_ms(self) -> float | None:
@@ -193,6 +194,7 @@ async def typed_answer(page: Page, prompt: str, cut_in: tuple[np.ndarray, int] |
     start = next((e for e in mine if e["type"] == "audio.start"), None)
     rate = start["sample_rate"] if start else 0
     played = max([e["played_samples"] for e in mine if e["dir"] == "out" and "played_samples" in e], default=0)
+    errors = tuple(f"{e.get('code')}: {e.get('message')}" for e in mine if e["dir"] == "in" and e["type"] == "error")
     return Answer(turn_id, rate, played / rate if rate else 0.0, cut is not None,
                   await page.evaluate("() => window.sottoDebug.suppressedBargeIns") - suppressed_before,
-                  said_at, cut["t"] if cut else None)
+                  said_at, cut["t"] if cut else None, errors)

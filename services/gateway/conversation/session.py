@@ -301,7 +301,7 @@ class Session:
         """What a turn is asked with, from the gateway's settings and session.start (a wire may adjust them)."""
         assert self.start is not None
         return TurnSettings(system_prompt=self.gw.system_prompt, voice=self.start.voice or self.gw.voice,
-                            language=self.start.language, request_timeout_s=self.settings.request_timeout_s,
+                            language=self.start.language, answer_wait_s=self.settings.answer_wait_s,
                             deadline_s=self.settings.turn_deadline_s, log_content=self.cfg.common.log_content)
 
     async def _run_turn(self, turn: Turn) -> None:

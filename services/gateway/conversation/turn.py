@@ -47,7 +47,7 @@ class TurnSettings:
     system_prompt: str
     voice: str
     language: str
-    request_timeout_s: float
+    answer_wait_s: float  # the llm's first text, then (the reply written) the first audio
     deadline_s: float
     log_content: bool = False     # SOTTO_LOG_CONTENT: the typed text and the answer may appear in the logs
     max_new_tokens: int | None = None  # None: the llm service's default reply length
@@ -170,7 +170,7 @@ class Turn:
             outcome = Outcome.INTERRUPTED if self.interrupted else self._finish
         except StageTimeout as exc:
             outcome, error = Outcome.ERROR, ("timeout", f"the {exc.stage} service did not answer within "
-                                                  f"{self.settings.request_timeout_s * 1000:.0f} ms")
+                                                  f"{self.settings.answer_wait_s * 1000:.0f} ms")
         except Unheard as exc:
             outcome, error = Outcome.ERROR, (exc.code, exc.message)
         except grpc.aio.AioRpcError as exc:
@@ -245,7 +245,7 @@ class Turn:
     async def _pump_llm(self, t0: float) -> None:
         call = self._calls["llm"]
         try:
-            message = await self._first(call, "llm", self.settings.request_timeout_s)
+            message = await self._first(call, "llm", self.settings.answer_wait_s)
             while message is not grpc.aio.EOF and not self.interrupted:
                 if message.HasField("done"):
                     done = message.done
@@ -285,7 +285,7 @@ class Turn:
             while not self.interrupted:
                 stalled_after = None
                 if llm_done.done() and not self._samples_sent:
-                    stalled_after = self.settings.request_timeout_s  # the llm is done: speech must start soon
+                    stalled_after = self.settings.answer_wait_s  # the llm is done: speech must start soon
                 waiting = {read} if llm_done.done() else {read, llm_done}
                 done, _ = await asyncio.wait(waiting, timeout=stalled_after, return_when=asyncio.FIRST_COMPLETED)
                 if not done:
