@@ -1,0 +1,184 @@
+"""The answer's echo removed from the microphone of a client that does not cancel its own.
+
+A client without its own VAD (every OpenAI Realtime client, a `/ws` client that does not say it runs one) streams
+its microphone all the time, and on a loudspeaker that microphone hears the answer: the vad would take that echo for
+the user and the answer would interrupt itself. The gateway knows exactly what it sent (the answer's PCM) and, from
+the client's playback reports or, without them, from when each chunk went out, when the client plays it. That
+reference, resampled to the microphone's rate and placed on the microphone's timeline, goes to WebRTC's AEC3 (through
+`livekit`'s `AudioProcessingModule`, a maintained binding: an echo canceller is not something to write by hand),
+which removes it before the tape, the vad and the recogniser see the audio.
+
+Alignment: both streams are put on the gateway's monotonic clock. The microphone's sample m was captured about
+`t0 + m / rate`, with `t0` the earliest arrival seen (network delay only ever makes audio later; a gap longer than
+the jitter buffer's wait restarts it). The answer's sample j plays at `anchor_t + (j - anchor_j) / rate`, anchored
+by the client's last playback report or, without reports, by the chunk that started playing (a chunk that arrives
+after the previous one has finished restarts playback, as a client's player does). The reference is fed `lead_s`
+ahead of that estimate, because AEC3 finds echo that comes after its reference (it estimates that delay) but can do
+nothing with echo that comes before it.
+
+AEC3 works on 10 ms frames: audio is processed in whole frames and the remainder waits for the next piece. Away from
+any answer (before its first sample, after its last plus `tail_s`) audio passes untouched and costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import soxr
+from livekit import rtc
+
+_LOGGER = logging.getLogger(__name__)
+
+FRAME_S = 0.01  # AEC3's frame: exactly 10 ms
+TAIL_S = 1.0    # how long after the answer's last sample the room may still ring with it
+
+
+@dataclass(frozen=True)
+class EchoSettings:
+    """How the canceller aligns the answer with the microphone, in seconds (from SOTTO_GATEWAY_ECHO_*)."""
+
+    lead_s: float        # the reference goes this much ahead of its estimated playback (SOTTO_GATEWAY_ECHO_LEAD_MS)
+    gap_s: float         # a microphone pause longer than this restarts its clock (SOTTO_JITTER_BUFFER_MS)
+    tail_s: float = TAIL_S
+
+
+@dataclass
+class _FarEnd:
+    """One answer as the client plays it, at the microphone's rate."""
+
+    turn_id: str
+    rate: int                   # the microphone's rate, which the answer is resampled to
+    resampler: soxr.ResampleStream
+    pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
+    anchor: tuple[float, float] | None = None  # (monotonic time, answer sample then playing)
+    reported: bool = False      # the client reports its playback: chunk arrivals no longer move the anchor
+    end: int | None = None      # the answer was cut here: nothing after it plays
+
+    def add(self, pcm16: bytes, now: float) -> None:
+        first = len(self.pcm)
+        more = self.resampler.resample_chunk(np.frombuffer(pcm16, dtype="<i2"))
+        self.pcm = np.concatenate([self.pcm, more.astype(np.int16)])
+        if self.anchor is None or (not self.reported and now > self.time_of(first)):
+            self.anchor = (now, float(first))  # the player had run dry: this chunk starts playing on arrival
+
+    def time_of(self, sample: float) -> float:
+        assert self.anchor is not None
+        return self.anchor[0] + (sample - self.anchor[1]) / self.rate
+
+    def sample_at(self, t: float) -> float:
+        assert self.anchor is not None
+        return self.anchor[1] + (t - self.anchor[0]) * self.rate
+
+    @property
+    def last(self) -> int:
+        return len(self.pcm) if self.end is None else min(self.end, len(self.pcm))
+
+    def segment(self, first: int, n: int) -> np.ndarray:
+        """Samples first..first+n of the answer as played: silence before it starts and after it ends."""
+        out = np.zeros(n, np.int16)
+        lo, hi = max(first, 0), min(first + n, self.last)
+        if hi > lo:
+            out[lo - first: hi - first] = self.pcm[lo:hi]
+        return out
+
+
+class EchoCanceller:
+    """A session's canceller: `sent()` is told each answer chunk as it goes out, `playback()` the client's reports,
+    `cut()` an interrupted answer; `prepare()` (on the event loop) pairs the microphone's frames with the answer's,
+    and `process()` (blocking native work: run it in a worker thread) cancels; their order must be kept."""
+
+    def __init__(self, settings: EchoSettings) -> None:
+        self.settings = settings
+        self.rate = 0
+        self._apm: rtc.AudioProcessingModule | None = None
+        self._far: _FarEnd | None = None
+        self._mic_t0: float | None = None  # when the microphone's sample 0 was captured, on our clock
+        self._mic_samples = 0              # microphone samples received so far
+        self._held = np.zeros(0, np.int16)  # the part of a frame still waiting for its remainder
+
+    @property
+    def enabled(self) -> bool:
+        return self._apm is not None
+
+    def configure(self, *, enabled: bool, rate: int) -> None:
+        """Turn cancelling on or off for audio at `rate` Hz (a fresh canceller: its filter learns the room anew)."""
+        self.rate = rate
+        self._held = np.zeros(0, np.int16)
+        self._apm = rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True) if enabled else None
+        _LOGGER.info("echo_cancel", extra={"enabled": enabled, "sample_rate": rate})
+
+    # -- the answer --------------------------------------------------------------------------------------------
+    def answer_started(self, turn_id: str, sample_rate: int) -> None:
+        if self.enabled:
+            self._far = _FarEnd(turn_id, self.rate, soxr.ResampleStream(sample_rate, self.rate, 1, dtype="int16"))
+
+    def sent(self, turn_id: str, pcm16: bytes, now: float) -> None:
+        """A chunk of the answer went out to the client at `now` (monotonic)."""
+        if self._far is not None and self._far.turn_id == turn_id:
+            self._far.add(pcm16, now)
+
+    def playback(self, turn_id: str, played_samples: int, sample_rate: int, now: float) -> None:
+        """The client reports having played `played_samples` (at the answer's rate) of the answer by `now`."""
+        far = self._far
+        if far is not None and far.turn_id == turn_id:
+            far.anchor, far.reported = (now, played_samples * far.rate / sample_rate), True
+
+    def cut(self, turn_id: str, now: float) -> None:
+        """The answer was interrupted at `now`: the client stops playing it, so nothing after that is echo."""
+        far = self._far
+        if far is not None and far.turn_id == turn_id and far.end is None and far.anchor is not None:
+            far.end = max(0, round(far.sample_at(now)))
+
+    # -- the microphone ----------------------------------------------------------------------------------------
+    def prepare(self, pcm16: bytes, now: float) -> tuple[np.ndarray, np.ndarray | None]:
+        """The microphone audio that arrived at `now`, as (whole frames of it, the answer's frames beside them),
+        or (audio, None) where it needs no cancelling. Keeps back any part of a frame."""
+        mic = np.frombuffer(pcm16, dtype="<i2")
+        first = self._mic_samples - len(self._held)  # microphone sample index of what is handed on now
+        self._mic_samples += len(mic)
+        start_t = self._place(now)
+        far = self._far
+        if self._apm is None or far is None or far.anchor is None:
+            return self._release(mic), None
+        span_t0 = start_t + first / self.rate
+        span_t1 = start_t + self._mic_samples / self.rate
+        if span_t1 < far.time_of(0) - self.settings.lead_s or span_t0 > far.time_of(far.last) + self.settings.tail_s:
+            return self._release(mic), None  # no answer is heard in this audio
+        audio = np.concatenate([self._held, mic])
+        frame = round(self.rate * FRAME_S)
+        whole = len(audio) // frame * frame
+        self._held = audio[whole:].copy()
+        ref_first = round(far.sample_at(span_t0 + self.settings.lead_s))
+        return audio[:whole], far.segment(ref_first, whole)
+
+    def process(self, mic: np.ndarray, ref: np.ndarray | None) -> bytes:
+        """Cancel `ref` from `mic` (prepare's output), frame by frame: blocking native calls."""
+        if ref is None or self._apm is None:
+            return mic.tobytes()
+        frame = round(self.rate * FRAME_S)
+        out = bytearray(mic.tobytes())
+        view = memoryview(out)
+        delay_ms = round(self.settings.lead_s * 1000)
+        for i in range(0, len(mic), frame):
+            self._apm.process_reverse_stream(rtc.AudioFrame(ref[i:i + frame].tobytes(), self.rate, 1, frame))
+            self._apm.set_stream_delay_ms(delay_ms)
+            near = rtc.AudioFrame(bytearray(view[2 * i: 2 * (i + frame)]), self.rate, 1, frame)
+            self._apm.process_stream(near)
+            view[2 * i: 2 * (i + frame)] = bytes(near.data)
+        return bytes(out)
+
+    def _release(self, mic: np.ndarray) -> np.ndarray:
+        if not len(self._held):
+            return mic
+        audio, self._held = np.concatenate([self._held, mic]), np.zeros(0, np.int16)
+        return audio
+
+    def _place(self, now: float) -> float:
+        """When the microphone's sample 0 was captured: the earliest `arrival - samples so far / rate` (later
+        arrivals were delayed on the way), restarted when audio resumes after a pause."""
+        t0 = now - self._mic_samples / self.rate
+        if self._mic_t0 is None or t0 < self._mic_t0 or t0 - self._mic_t0 > self.settings.gap_s:
+            self._mic_t0 = t0
+        return self._mic_t0
