@@ -246,6 +246,17 @@ class GatewayConfig:
                                        "While an answer plays, the page counts speech toward a barge-in only "
                                        "within this many dB of the user's own speech level (a fainter echo of the "
                                        "answer does not count); 0: no level test.", lo=0, hi=60)
+    echo_cancel: bool = setting(
+        "SOTTO_GATEWAY_ECHO_CANCEL", True,
+        "Remove the answer's echo from the microphone of clients that do not cancel their own (clients without "
+        "their own VAD: every /v1/realtime client, a /ws client without client_vad), with WebRTC's AEC3, before "
+        "the vad and the recogniser hear it. A session may override it (/ws session.start echo_cancel, Realtime "
+        "session.audio.input.noise_reduction); the page cancels its own echo and never gets it by default.")
+    echo_lead_ms: int = setting(
+        "SOTTO_GATEWAY_ECHO_LEAD_MS", 60,
+        "The echo canceller's reference goes this far ahead of the answer's estimated playback: the canceller "
+        "finds echo that comes later than its reference (up to a few hundred ms), never echo that comes first.",
+        lo=0, hi=300)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

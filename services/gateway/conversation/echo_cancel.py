@@ -22,12 +22,18 @@ any answer (before its first sample, after its last plus `tail_s`) audio passes 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import soxr
 from livekit import rtc
+
+from services.common import config
+from services.gateway.conversation import events
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -43,6 +49,10 @@ class EchoSettings:
     gap_s: float         # a microphone pause longer than this restarts its clock (SOTTO_JITTER_BUFFER_MS)
     tail_s: float = TAIL_S
 
+    @classmethod
+    def of(cls, gw: config.GatewayConfig) -> EchoSettings:
+        return cls(lead_s=gw.echo_lead_ms / 1000.0, gap_s=gw.jitter_ms / 1000.0)
+
 
 @dataclass
 class _FarEnd:
@@ -55,6 +65,7 @@ class _FarEnd:
     anchor: tuple[float, float] | None = None  # (monotonic time, answer sample then playing)
     reported: bool = False      # the client reports its playback: chunk arrivals no longer move the anchor
     end: int | None = None      # the answer was cut here: nothing after it plays
+    is_cut: Callable[[], bool] = lambda: False  # the answer was interrupted (its client stops playing it)
 
     def add(self, pcm16: bytes, now: float) -> None:
         first = len(self.pcm)
@@ -85,8 +96,8 @@ class _FarEnd:
 
 
 class EchoCanceller:
-    """A session's canceller: `sent()` is told each answer chunk as it goes out, `playback()` the client's reports,
-    `cut()` an interrupted answer; `prepare()` (on the event loop) pairs the microphone's frames with the answer's,
+    """A session's canceller: `on_sent()` is told each answer chunk as it goes out, `playback()` the client's
+    reports; `prepare()` (on the event loop) pairs the microphone's frames with the answer's,
     and `process()` (blocking native work: run it in a worker thread) cancels; their order must be kept."""
 
     def __init__(self, settings: EchoSettings) -> None:
@@ -102,6 +113,11 @@ class EchoCanceller:
     def enabled(self) -> bool:
         return self._apm is not None
 
+    @property
+    def held_samples(self) -> int:
+        """Audio held back (part of a frame) until the next piece."""
+        return len(self._held)
+
     def configure(self, *, enabled: bool, rate: int) -> None:
         """Turn cancelling on or off for audio at `rate` Hz (a fresh canceller: its filter learns the room anew)."""
         self.rate = rate
@@ -110,14 +126,17 @@ class EchoCanceller:
         _LOGGER.info("echo_cancel", extra={"enabled": enabled, "sample_rate": rate})
 
     # -- the answer --------------------------------------------------------------------------------------------
-    def answer_started(self, turn_id: str, sample_rate: int) -> None:
-        if self.enabled:
-            self._far = _FarEnd(turn_id, self.rate, soxr.ResampleStream(sample_rate, self.rate, 1, dtype="int16"))
-
-    def sent(self, turn_id: str, pcm16: bytes, now: float) -> None:
-        """A chunk of the answer went out to the client at `now` (monotonic)."""
-        if self._far is not None and self._far.turn_id == turn_id:
-            self._far.add(pcm16, now)
+    def on_sent(self, item: events.Event, is_cut: Callable[[], bool], now: float | None = None) -> None:
+        """An event went out to the client at `now` (monotonic): an answer's start or a chunk of it are the
+        reference; `is_cut()` says when that answer was interrupted."""
+        if not self.enabled:
+            return
+        now = time.monotonic() if now is None else now
+        if isinstance(item, events.AudioStarted):
+            resampler = soxr.ResampleStream(item.sample_rate, self.rate, 1, dtype="int16")
+            self._far = _FarEnd(item.turn_id, self.rate, resampler, is_cut=is_cut)
+        elif isinstance(item, events.AudioChunk) and self._far is not None and self._far.turn_id == item.turn_id:
+            self._far.add(item.pcm16, now)
 
     def playback(self, turn_id: str, played_samples: int, sample_rate: int, now: float) -> None:
         """The client reports having played `played_samples` (at the answer's rate) of the answer by `now`."""
@@ -125,10 +144,10 @@ class EchoCanceller:
         if far is not None and far.turn_id == turn_id:
             far.anchor, far.reported = (now, played_samples * far.rate / sample_rate), True
 
-    def cut(self, turn_id: str, now: float) -> None:
-        """The answer was interrupted at `now`: the client stops playing it, so nothing after that is echo."""
-        far = self._far
-        if far is not None and far.turn_id == turn_id and far.end is None and far.anchor is not None:
+    def _check_cut(self, far: _FarEnd, now: float) -> None:
+        """An answer found interrupted by `now` stops there: its client stops playing it, so what follows is no
+        echo (and a reference of audio that never played would only be subtracted from the user's voice)."""
+        if far.end is None and far.anchor is not None and far.is_cut():
             far.end = max(0, round(far.sample_at(now)))
 
     # -- the microphone ----------------------------------------------------------------------------------------
@@ -142,6 +161,7 @@ class EchoCanceller:
         far = self._far
         if self._apm is None or far is None or far.anchor is None:
             return self._release(mic), None
+        self._check_cut(far, now)
         span_t0 = start_t + first / self.rate
         span_t1 = start_t + self._mic_samples / self.rate
         if span_t1 < far.time_of(0) - self.settings.lead_s or span_t0 > far.time_of(far.last) + self.settings.tail_s:
@@ -153,19 +173,28 @@ class EchoCanceller:
         ref_first = round(far.sample_at(span_t0 + self.settings.lead_s))
         return audio[:whole], far.segment(ref_first, whole)
 
+    async def cancel(self, pcm16: bytes, now: float) -> bytes:
+        """The microphone audio that arrived at `now`, its echo removed (whole frames of it: the remainder comes
+        with the next piece). Callers keep the order: one piece at a time."""
+        mic, ref = self.prepare(pcm16, now)
+        if ref is None:
+            return mic.tobytes()
+        return await asyncio.to_thread(self.process, mic, ref)
+
     def process(self, mic: np.ndarray, ref: np.ndarray | None) -> bytes:
         """Cancel `ref` from `mic` (prepare's output), frame by frame: blocking native calls."""
-        if ref is None or self._apm is None:
+        apm = self._apm
+        if ref is None or apm is None:
             return mic.tobytes()
         frame = round(self.rate * FRAME_S)
         out = bytearray(mic.tobytes())
         view = memoryview(out)
         delay_ms = round(self.settings.lead_s * 1000)
         for i in range(0, len(mic), frame):
-            self._apm.process_reverse_stream(rtc.AudioFrame(ref[i:i + frame].tobytes(), self.rate, 1, frame))
-            self._apm.set_stream_delay_ms(delay_ms)
+            apm.process_reverse_stream(rtc.AudioFrame(ref[i:i + frame].tobytes(), self.rate, 1, frame))
+            apm.set_stream_delay_ms(delay_ms)
             near = rtc.AudioFrame(bytearray(view[2 * i: 2 * (i + frame)]), self.rate, 1, frame)
-            self._apm.process_stream(near)
+            apm.process_stream(near)
             view[2 * i: 2 * (i + frame)] = bytes(near.data)
         return bytes(out)
 

@@ -20,6 +20,7 @@ class Opening:
     client_vad: bool = False   # the client sends audio only while its own VAD hears speech
     camera: bool = False
     turn_hold: bool = False    # the client keeps streaming after its end of speech when a turn is held
+    echo_cancel: bool | None = None  # remove the answer's echo from its audio; None: when it has no VAD of its own
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from services.common import audio, config
 from services.gateway import metrics
+from services.gateway.conversation.echo_cancel import EchoCanceller
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.media import AudioTape, CameraFrame, JitterBuffer, decode_jpeg, pick_keyframes
 from services.gateway.conversation.inputs import MediaFrame
@@ -35,9 +36,9 @@ class Utterance:
 class MediaIntake:
     def __init__(self, *, gw: config.GatewayConfig, settings: SessionSettings, name: str,
                  to_vad: Callable[[bytes, float, int], None],
-                 drop_utterance: Callable[[str, str], Awaitable[None]]) -> None:
+                 drop_utterance: Callable[[str, str], Awaitable[None]], echo: EchoCanceller | None = None) -> None:
         """`to_vad(pcm, capture_ts_ms, tape_start)` takes audio in order; `drop_utterance(code, message)` reports an
-        utterance given up and resets the vad's state for it."""
+        utterance given up and resets the vad's state for it; `echo` removes the answer's echo before both."""
         self._gw = gw
         self._settings = settings
         self._to_vad = to_vad
@@ -47,6 +48,8 @@ class MediaIntake:
         self.frames: list[CameraFrame] = []
         self.utterance_start: int | None = None  # tape sample of the open utterance's start
         self._last_audio_at = 0.0
+        self._echo = echo
+        self._feeding = asyncio.Lock()  # the canceller runs in a worker thread: pieces must not overtake
         self._watch_wanted = asyncio.Event()  # set by audio and by a speech start: wakes a parked watchdog
         self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"{name}::stalls")
 
@@ -70,8 +73,18 @@ class MediaIntake:
                 metrics.DROPPED.labels(f"audio_{reason}").inc(count - before[reason])
 
     async def _feed(self, pcm: bytes, ts_ms: float) -> None:
-        now = time.monotonic()
-        self._last_audio_at = now
+        async with self._feeding:
+            now = time.monotonic()
+            self._last_audio_at = now
+            if self._echo is not None and self._echo.enabled:
+                # What the canceller held back of the last piece comes first, captured that much earlier.
+                ts_ms -= self._echo.held_samples / _SAMPLES_PER_MS
+                pcm = await self._echo.cancel(pcm, now)
+                if not pcm:
+                    return
+            await self._to_tape(pcm, ts_ms, now)
+
+    async def _to_tape(self, pcm: bytes, ts_ms: float, now: float) -> None:
         start = self.tape.append(pcm, ts_ms, now)
         limit_s = self._gw.max_turn_audio_s
         if self.utterance_start is not None and (self.tape.end - self.utterance_start) / SAMPLE_RATE_IN > limit_s:

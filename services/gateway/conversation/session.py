@@ -24,6 +24,7 @@ from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
 from services.gateway.conversation import events
+from services.gateway.conversation.echo_cancel import EchoCanceller, EchoSettings
 from services.gateway.conversation.events import SAMPLE_RATE_OUT
 from services.gateway.conversation.history import History
 from services.gateway.conversation.inputs import MediaFrame, Opening
@@ -87,8 +88,9 @@ class Session:
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
+        self.echo = EchoCanceller(EchoSettings.of(self.gw))  # on at open() for clients that cancel none
         self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
-                                  drop_utterance=self._drop_utterance)
+                                  drop_utterance=self._drop_utterance, echo=self.echo)
         self.vad: VadLink | None = None
         self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]), settings=self.settings,
                                max_audio_s=self.gw.max_turn_audio_s)
@@ -117,6 +119,8 @@ class Session:
             except (ConnectionResetError, RuntimeError):
                 return
             # After the send: the first audio frame does not wait for a log line to be formatted and written.
+            if turn is not None:
+                self.echo.on_sent(item, lambda t=turn: t.interrupted)
             if turn is not None and self.turn is turn and audio and self.state != State.SPEAKING:
                 self._set_state(State.SPEAKING, "first audio")
 
@@ -147,6 +151,7 @@ class Session:
         """The client's report of how much of a turn's audio it has played."""
         if self.turn is not None and turn_id in ("", self.turn.inp.turn_id):
             self.turn.report_playback(played_samples)
+            self.echo.playback(self.turn.inp.turn_id, played_samples, self.turn.audio_rate, time.monotonic())
 
     def end_of_speech(self, ask_verdict: bool = False) -> None:
         """The client heard the end of speech (its own VAD, or a Realtime commit)."""
@@ -260,6 +265,8 @@ class Session:
     def open(self, start: Opening) -> None:
         self.start = start
         v = self.cfg.vad
+        self.echo.configure(enabled=self.gw.echo_cancel and not start.client_vad if start.echo_cancel is None
+                            else start.echo_cancel, rate=start.sample_rate)
         self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,
@@ -276,7 +283,7 @@ class Session:
             model=models.llm_fields(), limits=limits, health=dict(self.health),
             turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
                   "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                  "barge_in_level_db": self.gw.barge_in_level_db}))
+                  "barge_in_level_db": self.gw.barge_in_level_db, "echo_cancel": self.echo.enabled}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 

@@ -83,6 +83,7 @@ class SessionStart:
     language: str = ""
     camera: bool = False
     turn_hold: bool = False  # the client keeps streaming after audio.end when told `turn.hold`
+    echo_cancel: str = "auto"  # ECHO_CANCEL: the server removes the answer's echo from the microphone (auto: no VAD)
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,8 @@ _FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (b
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "a boolean", type(None): "null"}
 ACCEPTED_SAMPLE_RATES = (audio.SPEECH_RATE,)
+# session.start's echo_cancel, as the conversation's Opening takes it (None: the gateway's choice for the client).
+ECHO_CANCEL = {"auto": None, "on": True, "off": False}
 
 
 def decode_json(text: str | bytes) -> Any:
@@ -159,6 +162,9 @@ def _checked(msg: ClientMessage, max_text_chars: int) -> ClientMessage:
         if msg.sample_rate not in ACCEPTED_SAMPLE_RATES:
             raise ProtocolError("protocol", f"sample_rate {msg.sample_rate} is not accepted; send PCM16 at "
                                             f"{' or '.join(map(str, ACCEPTED_SAMPLE_RATES))} Hz")
+        if msg.echo_cancel not in ECHO_CANCEL:
+            raise ProtocolError("bad_message", f"echo_cancel {msg.echo_cancel!r} is not accepted; accepted: "
+                                               f"{', '.join(map(repr, ECHO_CANCEL))}")
     elif isinstance(msg, TypedText):
         body = msg.text.strip()
         if not body:

@@ -48,7 +48,8 @@ class RealtimeSession:
         detection = TurnDetection(type="semantic_vad" if cfg.vad.semantic_turn else "server_vad",
                                   threshold=cfg.vad.threshold, silence_duration_ms=cfg.vad.min_silence_ms)
         self.config = RealtimeConfig(instructions=gw.system_prompt, voice=gw.voice or models.current.default_voice,
-                                     turn_detection=detection, gateway_detection=detection)
+                                     turn_detection=detection, gateway_detection=detection,
+                                     echo_cancel=gw.echo_cancel, gateway_echo_cancel=gw.echo_cancel)
         self.conversation = Conversation(keep=max(16, 4 * gw.max_history_turns))
         self.wire = RealtimeWire(ws, self.conversation, self.session_object)
         self.session = Session(output=self.wire, cfg=cfg, settings=limits, channels=channels, models=models,
@@ -69,7 +70,8 @@ class RealtimeSession:
             "response.cancel": self._response_cancel}
 
     def open(self) -> None:
-        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
+        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice,
+                                  echo_cancel=self.config.echo_cancel))
         self._apply_vad_settings()
 
     def session_object(self) -> dict:
@@ -131,6 +133,8 @@ class RealtimeSession:
         old, self.config = self.config, new
         if new.input_rate != old.input_rate:
             self.resampler = InputResampler(new.input_rate)
+        if new.echo_cancel != old.echo_cancel:
+            self.session.echo.configure(enabled=new.echo_cancel, rate=SAMPLE_RATE_IN)
         if new.turn_detection != old.turn_detection:
             self._manual.clear()
             await self.session.drop_speech()  # the next audio opens a vad stream with the new settings

@@ -24,6 +24,8 @@ _KNOWN = _IGNORED | {"type", "instructions", "output_modalities", "max_output_to
 
 
 EAGERNESS = ("low", "medium", "high", "auto")
+# What session objects say of the echo canceller (see `_echo_cancel`).
+NOISE_REDUCTION = {True: {"type": "far_field"}, False: None}
 # semantic_vad: how long a turn the end-of-turn model holds open may stay silent, as a multiple of the gateway's
 # SOTTO_VAD_MAX_TURN_SILENCE_MS ("auto" and "medium" are the gateway's own, as on /ws).
 EAGERNESS_HOLD = {"low": 2.0, "medium": 1.0, "auto": 1.0, "high": 0.5}
@@ -62,6 +64,10 @@ class RealtimeConfig:
     gateway_detection: TurnDetection  # what the gateway's settings give: the default, and fields left unset
     input_rate: int = INPUT_RATES[0]
     max_output_tokens: int | None = None  # None: the llm service's default reply length
+    # The server removes the answer's echo from the input (noise_reduction far_field); the gateway's choice
+    # (SOTTO_GATEWAY_ECHO_CANCEL) until the client says otherwise, and again after it sends null.
+    echo_cancel: bool = True
+    gateway_echo_cancel: bool = True
 
     def session_object(self, *, session_id: str, model: str, prefix_padding_ms: int) -> dict[str, Any]:
         """The `session` of session.created / session.updated, in the GA shape the SDK parses."""
@@ -79,8 +85,8 @@ class RealtimeConfig:
                 "output_modalities": ["audio"], "instructions": self.instructions,
                 "max_output_tokens": self.max_output_tokens or "inf", "tools": [], "tool_choice": "auto",
                 "tracing": None, "truncation": "auto", "prompt": None, "include": None,
-                "audio": {"input": {"format": pcm_in, "transcription": None, "noise_reduction": None,
-                                    "turn_detection": detection},
+                "audio": {"input": {"format": pcm_in, "transcription": None,
+                                    "noise_reduction": NOISE_REDUCTION[self.echo_cancel], "turn_detection": detection},
                           "output": {"format": pcm_out, "voice": self.voice, "speed": 1.0}}}
 
 
@@ -165,7 +171,22 @@ def _input(audio_in: dict, cfg: RealtimeConfig) -> dict[str, Any]:
         raise _refuse("session.audio.input.transcription", "null (the asr service transcribes every spoken turn)")
     if "turn_detection" in audio_in:
         changes["turn_detection"] = _turn_detection(audio_in["turn_detection"], cfg.gateway_detection)
+    if "noise_reduction" in audio_in:
+        changes["echo_cancel"] = _echo_cancel(audio_in["noise_reduction"], cfg.gateway_echo_cancel)
     return changes
+
+
+def _echo_cancel(value: Any, gateway: bool) -> bool:
+    """`noise_reduction` names the microphone: far_field (a loudspeaker in the room: its echo is removed),
+    near_field (a headset: nothing to remove); null leaves it to the gateway (SOTTO_GATEWAY_ECHO_CANCEL)."""
+    if value is None:
+        return gateway
+    param = "session.audio.input.noise_reduction"
+    kind = _dict(value, param).get("type")
+    if set(value) - {"type"} or kind not in ("near_field", "far_field"):
+        raise _refuse(param, '{"type": "far_field"} (the answer\'s echo is removed), {"type": "near_field"} (it is '
+                             "not) or null (the server's default)")
+    return kind == "far_field"
 
 
 def _turn_detection(value: Any, gateway: TurnDetection) -> TurnDetection | None:

@@ -16,7 +16,7 @@ from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS
 from services.gateway.conversation import events
 from services.gateway.conversation.inputs import InputError, MediaFrame, Opening
 from services.gateway.conversation.session import Session
-from services.gateway.wires.protocol import (AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
+from services.gateway.wires.protocol import (ECHO_CANCEL, AudioEnd, FrameKind, Interrupt, Ping, Playback, ProtocolError,
                                              SessionStart, TypedText, parse_frame, parse_message, serialize)
 
 _LOGGER = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ class V1Wire:
                 return True
             self.start = msg
             session.open(Opening(sample_rate=msg.sample_rate, voice=msg.voice, language=msg.language,
-                                 client_vad=msg.client_vad, camera=msg.camera, turn_hold=msg.turn_hold))
+                                 client_vad=msg.client_vad, camera=msg.camera, turn_hold=msg.turn_hold,
+                                 echo_cancel=ECHO_CANCEL[msg.echo_cancel]))
             return True
         if self.start is None:
             session.error("protocol", "the first message must be session.start")
