@@ -12,12 +12,19 @@ Alignment: both streams are put on the gateway's monotonic clock. The microphone
 `t0 + m / rate`, with `t0` the earliest arrival seen (network delay only ever makes audio later; a gap longer than
 the jitter buffer's wait restarts it). The answer's sample j plays at `anchor_t + (j - anchor_j) / rate`, anchored
 by the client's last playback report or, without reports, by the chunk that started playing (a chunk that arrives
-after the previous one has finished restarts playback, as a client's player does). The reference is fed `lead_s`
+after the previous one has finished restarts playback, as a client's player does), plus the delay from sending to
+playing that the client's reports showed on earlier answers (none for a client that does not report: AEC3's own
+delay estimate covers a client that plays what it gets at once). The reference is fed `lead_s`
 ahead of that estimate, because AEC3 finds echo that comes after its reference (it estimates that delay) but can do
 nothing with echo that comes before it.
 
 AEC3 works on 10 ms frames: audio is processed in whole frames and the remainder waits for the next piece. Away from
 any answer (before its first sample, after its last plus `tail_s`) audio passes untouched and costs nothing.
+
+Each answer gets a fresh AEC3. One carried over from the previous answer (even one fed all along) let the start of
+the next answer's echo through, and Silero hears speech in residual echo far below the user's level; a fresh one is
+conservative while it converges, and cancelled whole answers, people's cut-ins still heard (tools/eval/echo_room.py,
+tests/gateway/test_echo_cancel.py).
 """
 
 from __future__ import annotations
@@ -39,6 +46,10 @@ _LOGGER = logging.getLogger(__name__)
 
 FRAME_S = 0.01  # AEC3's frame: exactly 10 ms
 TAIL_S = 1.0    # how long after the answer's last sample the room may still ring with it
+
+
+def _aec3() -> rtc.AudioProcessingModule:
+    return rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,9 @@ class _FarEnd:
     pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
     anchor: tuple[float, float] | None = None  # (monotonic time, answer sample then playing)
     reported: bool = False      # the client reports its playback: chunk arrivals no longer move the anchor
+    min_delay_s: float | None = None  # the least delay from sending to playing its reports implied
+    delay_s: float = 0.0        # from a chunk's sending to its playing, as the client's reports showed so far
+    sent: tuple[float, float] | None = None  # (monotonic time, answer sample): as `anchor`, were there no delay
     end: int | None = None      # the answer was cut here: nothing after it plays
     is_cut: Callable[[], bool] = lambda: False  # the answer was interrupted (its client stops playing it)
 
@@ -71,8 +85,14 @@ class _FarEnd:
         first = len(self.pcm)
         more = self.resampler.resample_chunk(np.frombuffer(pcm16, dtype="<i2"))
         self.pcm = np.concatenate([self.pcm, more.astype(np.int16)])
-        if self.anchor is None or (not self.reported and now > self.time_of(first)):
-            self.anchor = (now, float(first))  # the player had run dry: this chunk starts playing on arrival
+        if self.sent is None or now > self.sent_time(first):
+            self.sent = (now, float(first))
+        if self.anchor is None or (not self.reported and now + self.delay_s > self.time_of(first)):
+            self.anchor = (now + self.delay_s, float(first))  # the player had run dry: this chunk starts on arrival
+
+    def sent_time(self, sample: float) -> float:
+        assert self.sent is not None
+        return self.sent[0] + (sample - self.sent[1]) / self.rate
 
     def time_of(self, sample: float) -> float:
         assert self.anchor is not None
@@ -105,6 +125,7 @@ class EchoCanceller:
         self.rate = 0
         self._apm: rtc.AudioProcessingModule | None = None
         self._far: _FarEnd | None = None
+        self._delay_s = 0.0  # from sending to playing, learnt from the client's playback reports
         self._mic_t0: float | None = None  # when the microphone's sample 0 was captured, on our clock
         self._mic_samples = 0              # microphone samples received so far
         self._held = np.zeros(0, np.int16)  # the part of a frame still waiting for its remainder
@@ -122,7 +143,7 @@ class EchoCanceller:
         """Turn cancelling on or off for audio at `rate` Hz (a fresh canceller: its filter learns the room anew)."""
         self.rate = rate
         self._held = np.zeros(0, np.int16)
-        self._apm = rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True) if enabled else None
+        self._apm = _aec3() if enabled else None
         _LOGGER.info("echo_cancel", extra={"enabled": enabled, "sample_rate": rate})
 
     # -- the answer --------------------------------------------------------------------------------------------
@@ -133,16 +154,27 @@ class EchoCanceller:
             return
         now = time.monotonic() if now is None else now
         if isinstance(item, events.AudioStarted):
+            self._apm = _aec3()  # fresh for each answer: see the module's docstring
             resampler = soxr.ResampleStream(item.sample_rate, self.rate, 1, dtype="int16")
-            self._far = _FarEnd(item.turn_id, self.rate, resampler, is_cut=is_cut)
+            self._far = _FarEnd(item.turn_id, self.rate, resampler, is_cut=is_cut, delay_s=self._delay_s)
         elif isinstance(item, events.AudioChunk) and self._far is not None and self._far.turn_id == item.turn_id:
             self._far.add(item.pcm16, now)
 
     def playback(self, turn_id: str, played_samples: int, sample_rate: int, now: float) -> None:
-        """The client reports having played `played_samples` (at the answer's rate) of the answer by `now`."""
+        """The client reports having played `played_samples` (at the answer's rate) of the answer by `now`. A report
+        of nothing played says nothing of when playing starts: it is left out."""
         far = self._far
-        if far is not None and far.turn_id == turn_id:
-            far.anchor, far.reported = (now, played_samples * far.rate / sample_rate), True
+        if far is not None and far.turn_id == turn_id and played_samples > 0:
+            played = played_samples * far.rate / sample_rate
+            if far.sent is None:
+                far.anchor, far.reported = (now, played), True
+                return
+            # A report comes late (the trip here, a player that finished before it reported): the earliest playing
+            # it implies, against when that audio was sent, is this client's delay; the next answer starts so.
+            delay = now - far.sent_time(played)
+            far.min_delay_s = delay if far.min_delay_s is None else min(far.min_delay_s, delay)
+            far.anchor, far.reported = (far.sent_time(played) + far.min_delay_s, played), True
+            self._delay_s = max(0.0, far.min_delay_s)
 
     def _check_cut(self, far: _FarEnd, now: float) -> None:
         """An answer found interrupted by `now` stops there: its client stops playing it, so what follows is no
