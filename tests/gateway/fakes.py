@@ -149,6 +149,9 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
     fail_with: tuple[grpc.StatusCode, str] | None = None  # ends the call with this status at the first text
     # Once `chunks_sent` (counted over all calls) reaches this, the stream sends nothing more until cancelled.
     stall_after_chunks: int | None = None
+    # What it says (24 kHz PCM16, cut into chunks from the call's start): a recording, for tests that need audio
+    # like speech; None: a tone.
+    voice: np.ndarray | None = None
     chunks_sent: int = field(default=0, init=False)
 
     async def SynthesizeStream(self, request_iterator, context) -> AsyncIterator[tts_pb2.AudioOut]:
@@ -172,8 +175,10 @@ class FakeTts(tts_pb2_grpc.TtsServiceServicer):
         finished.set()
 
     async def _speak(self, text: str, start: int, end: int, index: int, offset: int) -> AsyncIterator:
-        pcm = (np.sin(np.arange(2048) / 8) * 8000).astype("<i2").tobytes()
+        tone = (np.sin(np.arange(2048) / 8) * 8000).astype("<i2").tobytes()
         for i in range(self.chunks_per_sentence):
+            at = (offset + i * 2048) % len(self.voice) if self.voice is not None else 0
+            pcm = tone if self.voice is None else np.resize(self.voice[at:], 2048).astype("<i2").tobytes()
             await asyncio.sleep(self.chunk_delay_s)
             if self.chunks_sent == self.stall_after_chunks:
                 await asyncio.Event().wait()  # until the call is cancelled

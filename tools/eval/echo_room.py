@@ -251,16 +251,15 @@ def main() -> None:
     if args.answers < 1 or args.cut_ins < 0 or not args.levels:
         parser.error("--answers must be at least 1, --cut-ins at least 0, --levels not empty")
     room, timing, vad = Room(), Timing(), SileroVad()
-    texts = tuple(ANSWERS[i % len(ANSWERS)] for i in range(min(args.answers, len(ANSWERS))))
-    voiced = synthesise(texts)
-    answers = [voiced[i % len(voiced)] for i in range(args.answers)]
+    # Piper's voice varies from one synthesis to the next (its noise): each answer is its own rendition.
+    answers = synthesise(tuple(ANSWERS[i % len(ANSWERS)] for i in range(args.answers)))
     # Complete utterances of 1 to 3 s: what a person says to stop an answer.
     people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
     report = {"machine": platform.machine(), "room": room.__dict__, "timing": timing.__dict__,
               "rt60_s": round(float(pra.experimental.measure_rt60(room.impulse(room.speaker), RATE)), 2),
               "person_dbfs": args.person_dbfs, "vad": vad_settings().__dict__,
               "echo_lead_ms": config.load(config.GatewayConfig).echo_lead_ms,
-              "answers": f"{len(voiced)} Piper en_US-joe-medium answers, "
+              "answers": f"{len(answers)} Piper en_US-joe-medium answers ({min(len(answers), len(ANSWERS))} texts), "
                          f"{sum(len(a) for a in answers) / ANSWER_RATE:.0f} s in all",
               "people": f"{len(people)} Asterisk prompts (Allison Smith, human speech)",
               "self_interruptions": self_interruptions(answers, args.levels, room, timing, vad, args.person_dbfs),

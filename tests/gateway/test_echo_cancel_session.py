@@ -1,0 +1,140 @@
+"""The echo canceller in a session, through the gateway's wires (fake vad/llm/tts peers, the real canceller): who
+gets it, how a client turns it on or off on /ws and /v1/realtime, and an answer played back into the microphone of
+a client without its own VAD, which interrupts the answer only when the canceller is off."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+import soxr
+
+from services.gateway.wires.protocol import HEADER_BYTES, FrameKind, pack_frame
+from tests.gateway.conftest import Client, Stack
+from tests.gateway.test_openai_realtime import realtime
+from tools.eval import echo_room
+
+ECHO_GAIN = 0.5        # -6 dB: a loudspeaker near the microphone
+ECHO_DELAY_S = 0.1     # from the client's receiving the audio to its echo reaching the microphone
+FRAME = 320            # 20 ms at 16 kHz
+
+
+async def start(connect, **fields: object) -> dict:
+    client = await connect(start=False)
+    await client.send(type="session.start", protocol=1, sample_rate=16000, **fields)
+    return (await client.wait_for("session.ready"))["turn"]
+
+
+@pytest.mark.parametrize(("fields", "on"), [
+    ({}, True),                                          # no VAD of its own: its microphone hears the answer
+    ({"client_vad": True}, False),                       # the page: the browser cancels its own echo
+    ({"echo_cancel": "off"}, False),
+    ({"client_vad": True, "echo_cancel": "on"}, True),
+])
+async def test_session_ready_says_whether_the_server_cancels_the_echo(stack, connect, fields, on) -> None:
+    assert (await start(connect, **fields))["echo_cancel"] is on
+
+
+@pytest.mark.parametrize("stack", [{"echo_cancel": False}], indirect=True)
+async def test_the_gateway_setting_turns_it_off_for_clients_that_do_not_ask(stack, connect) -> None:
+    assert (await start(connect))["echo_cancel"] is False
+    assert (await start(connect, echo_cancel="on"))["echo_cancel"] is True
+
+
+async def test_an_unknown_echo_cancel_is_refused_by_name_and_a_good_start_follows(stack, connect) -> None:
+    client = await connect(start=False)
+    await client.send(type="session.start", protocol=1, echo_cancel="maybe")
+    error = await client.wait_for("error")
+    assert error["code"] == "bad_message"
+    assert "echo_cancel 'maybe'" in error["message"] and "'auto', 'on', 'off'" in error["message"]
+    await client.send(type="session.start", protocol=1)
+    assert (await client.wait_for("session.ready"))["turn"]["echo_cancel"] is True
+
+
+async def test_realtime_noise_reduction_turns_the_canceller_on_and_off(stack: Stack) -> None:
+    async with realtime(stack) as events:
+        created = await events.wait_for("session.created")
+        assert created.session.audio.input.noise_reduction.type == "far_field"  # on by default
+        await events.conn.session.update(session={"type": "realtime", "audio": {"input": {
+            "noise_reduction": {"type": "near_field"}}}})
+        near = await events.wait_for("session.updated")
+        await events.conn.session.update(session={"type": "realtime", "audio": {"input": {
+            "noise_reduction": {"type": "loud_room"}}}})
+        refused = await events.wait_for("error")
+        await events.conn.session.update(session={"type": "realtime", "audio": {"input": {"noise_reduction": None}}})
+        back = await events.wait_for("session.updated", count=2)
+    assert near.session.audio.input.noise_reduction is None
+    assert refused.error.param == "session.audio.input.noise_reduction" and "far_field" in refused.error.message
+    assert back.session.audio.input.noise_reduction.type == "far_field"  # null: the gateway's default again
+
+
+class Loudspeaker:
+    """A client without its own VAD whose microphone hears what it plays: it streams 20 ms frames in real time,
+    each carrying the answer it received (played from its arrival) ECHO_DELAY_S later, at ECHO_GAIN."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.resampler = soxr.ResampleStream(24000, 16000, 1, dtype="float32")
+        self.played = np.zeros(0, np.float32)  # the answer at 16 kHz, from its first sample
+        self.taken = 0                         # audio frames of the client's already resampled
+        self.first_at: float | None = None
+
+    def _echo(self, start_s: float) -> np.ndarray:
+        frames = [f for _, f in self.client.frames if f[0] == FrameKind.AUDIO_OUT]
+        for frame in frames[self.taken:]:
+            self.first_at = self.first_at or time.monotonic()
+            pcm = np.frombuffer(frame[HEADER_BYTES:], dtype="<i2").astype(np.float32)
+            self.played = np.concatenate([self.played, self.resampler.resample_chunk(pcm)])
+        self.taken = len(frames)
+        out = np.zeros(FRAME, np.float32)
+        if self.first_at is not None:
+            first = round((start_s - self.first_at - ECHO_DELAY_S) * 16000)
+            lo, hi = max(first, 0), min(first + FRAME, len(self.played))
+            if hi > lo:
+                out[lo - first: hi - first] = self.played[lo:hi] * ECHO_GAIN
+        return out
+
+    async def stream(self, until: asyncio.Event) -> None:
+        seq, t0 = 0, time.monotonic()
+        while not until.is_set():
+            start_s = t0 + seq * FRAME / 16000
+            await asyncio.sleep(max(0.0, start_s + FRAME / 16000 - time.monotonic()))
+            pcm = np.clip(np.rint(self._echo(start_s)), -32768, 32767).astype("<i2").tobytes()
+            await self.client.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, seq, seq * 20.0, pcm))
+            seq += 1
+
+
+@pytest.fixture(scope="module")
+def spoken_answer() -> np.ndarray:
+    """What the fake tts says: a real answer in Piper's voice (a tone would mislead an echo canceller)."""
+    return echo_room.synthesise(echo_room.ANSWERS[:1])[0]
+
+
+@pytest.mark.parametrize("echo_cancel", ["on", "off"])
+async def test_an_answer_heard_by_the_microphone_interrupts_itself_only_without_the_canceller(
+        stack, connect, spoken_answer, echo_cancel) -> None:
+    """The answer (3.4 s) plays into the microphone of a client without VAD: with the canceller the session hears
+    nothing and the answer plays to its end; without it, the answer's own echo is speech and cuts it."""
+    stack.tts.voice = spoken_answer
+    stack.tts.chunks_per_sentence = 20
+    stack.tts.chunk_delay_s = 0.06  # a little faster than it plays: the turn is still responding when it is heard
+    client = await connect(start=False)
+    await client.send(type="session.start", protocol=1, sample_rate=16000, echo_cancel=echo_cancel)
+    await client.wait_for("session.ready")
+    done, speaker = asyncio.Event(), Loudspeaker(client)
+    mic = asyncio.create_task(speaker.stream(done))
+    try:
+        await asyncio.sleep(0.3)
+        await client.send(type="text", text="Tell me a story.")
+        turn = await client.wait_for("turn.done", timeout=15.0)
+        await asyncio.sleep(1.5)  # the answer still plays, and echoes, after its last chunk was sent
+    finally:
+        done.set()
+        await mic
+    heard = "speech.started" in client.types()
+    if echo_cancel == "on":
+        assert not heard and not turn["interrupted"], f"the cancelled echo was heard: {client.types()}"
+    else:
+        assert heard and turn["interrupted"], f"the echo was not heard without the canceller: {client.types()}"
