@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ class Client:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
         self.events: list[dict] = []
+        self.event_times: list[float] = []  # monotonic: when each event arrived
         self.frames: list[tuple[float, bytes]] = []
         self.arrivals: list[str] = []
         self._reader = asyncio.create_task(self._read())
@@ -72,6 +74,7 @@ class Client:
         async for msg in self.ws:
             if msg.type == aiohttp.WSMsgType.TEXT:
                 self.events.append(json.loads(msg.data))
+                self.event_times.append(time.monotonic())
                 self.arrivals.append(self.events[-1]["type"])
             elif msg.type == aiohttp.WSMsgType.BINARY:
                 self.frames.append((asyncio.get_running_loop().time(), msg.data))

@@ -72,28 +72,56 @@ async def test_realtime_noise_reduction_turns_the_canceller_on_and_off(stack: St
 
 class Loudspeaker:
     """A client without its own VAD whose microphone hears what it plays: it streams 20 ms frames in real time,
-    each carrying the answer it received (played from its arrival) ECHO_DELAY_S later, at ECHO_GAIN."""
+    each carrying the answer it received ECHO_DELAY_S later, at ECHO_GAIN, and a person's speech once `speak()` is
+    called. It plays as a client's player does: each piece of the answer on arrival, or when the one before it ends
+    if that is later."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.person = np.zeros(0, np.float32)
+        self.person_at: float | None = None  # monotonic: when the person starts speaking
         self.resampler = soxr.ResampleStream(24000, 16000, 1, dtype="float32")
         self.played = np.zeros(0, np.float32)  # the answer at 16 kHz, from its first sample
-        self.taken = 0                         # audio frames of the client's already resampled
-        self.first_at: float | None = None
+        self.runs: list[tuple[float, int]] = []  # (monotonic, sample of `played`): where playing (re)started
+        self.taken = 0                         # audio frames of the client's already taken
 
-    def _echo(self, start_s: float) -> np.ndarray:
-        frames = [f for _, f in self.client.frames if f[0] == FrameKind.AUDIO_OUT]
-        for frame in frames[self.taken:]:
-            self.first_at = self.first_at or time.monotonic()
+    @property
+    def first_at(self) -> float | None:
+        return self.runs[0][0] if self.runs else None
+
+    @property
+    def ends_at(self) -> float | None:
+        """When the answer received so far has played."""
+        if not self.runs:
+            return None
+        at, first = self.runs[-1]
+        return at + (len(self.played) - first) / 16000
+
+    def _receive(self) -> None:
+        frames = [(at, f) for at, f in self.client.frames if f[0] == FrameKind.AUDIO_OUT]
+        for at, frame in frames[self.taken:]:
+            if self.ends_at is None or at > self.ends_at:
+                self.runs.append((at, len(self.played)))  # the player had run dry: this piece plays on arrival
             pcm = np.frombuffer(frame[HEADER_BYTES:], dtype="<i2").astype(np.float32)
             self.played = np.concatenate([self.played, self.resampler.resample_chunk(pcm)])
         self.taken = len(frames)
+
+    @staticmethod
+    def _mix(out: np.ndarray, source: np.ndarray, first: int, gain: float = 1.0) -> None:
+        lo, hi = max(first, 0), min(first + len(out), len(source))
+        if hi > lo:
+            out[lo - first: hi - first] += source[lo:hi] * gain
+
+    def _echo(self, start_s: float) -> np.ndarray:
+        self._receive()
         out = np.zeros(FRAME, np.float32)
-        if self.first_at is not None:
-            first = round((start_s - self.first_at - ECHO_DELAY_S) * 16000)
-            lo, hi = max(first, 0), min(first + FRAME, len(self.played))
-            if hi > lo:
-                out[lo - first: hi - first] = self.played[lo:hi] * ECHO_GAIN
+        if self.person_at is not None:
+            self._mix(out, self.person, round((start_s - self.person_at) * 16000))
+        heard = start_s - ECHO_DELAY_S
+        for i, (at, first) in enumerate(self.runs):
+            if at <= heard + FRAME / 16000:
+                end = self.runs[i + 1][1] if i + 1 < len(self.runs) else len(self.played)
+                self._mix(out, self.played[:end], first + round((heard - at) * 16000), ECHO_GAIN)
         return out
 
     async def stream(self, until: asyncio.Event) -> None:
@@ -104,6 +132,10 @@ class Loudspeaker:
             pcm = np.clip(np.rint(self._echo(start_s)), -32768, 32767).astype("<i2").tobytes()
             await self.client.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, seq, seq * 20.0, pcm))
             seq += 1
+
+    def speak(self, person: np.ndarray, at: float) -> None:
+        """The person (16 kHz) starts speaking at `at` (monotonic)."""
+        self.person, self.person_at = person.astype(np.float32), at
 
 
 @pytest.fixture(scope="module")
