@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -212,29 +213,48 @@ def self_interruptions(answers: list[np.ndarray], levels: list[float], room: Roo
 
 def cut_ins(answers: list[np.ndarray], people: list[np.ndarray], level: float, room: Room, timing: Timing,
             vad: SileroVad, person_dbfs: float, miss_s: float = 2.0) -> dict:
-    """A person speaks over each answer 1 s into its playback: from their first word to the vad's speech start."""
+    """A person speaks over each answer 1 s into its playback: from their first word to the vad's speech start,
+    with the echo and the canceller off or on, and (the vad's own time) with no echo at all."""
     out: dict = {}
-    for cancel in (False, True):
+    for name, cancel, echo_db in (("off", False, level), ("on", True, level), ("no_echo", False, None)):
         delays, first, missed = [], 0, 0
         for i, person in enumerate(people):
             answer = answers[i % len(answers)]
             at = timing.first_chunk_s + timing.client_delay_s + 1.0
-            mic = microphone(answer, room, timing, person_dbfs + level, person, at, person_dbfs, seed=i)
+            mic = microphone(answer, room, timing, None if echo_db is None else person_dbfs + echo_db, person, at,
+                             person_dbfs, seed=i)
             spoke = at + onset_s(person)
             starts = replay(mic, answer, cancel=cancel, timing=timing, vad=vad, seed=i)
             if starts and starts[0] < spoke:
                 first += 1  # the echo interrupted the answer before the person spoke
             elif starts and starts[0] - spoke <= miss_s:
-                delays.append((starts[0] - spoke) * 1000)
+                delays.append(round((starts[0] - spoke) * 1000))
             else:
                 missed += 1
         d = np.array(delays)
-        out["on" if cancel else "off"] = {
-            "cut_ins": len(people), "heard": len(d), "missed": missed, "interrupted_itself_first": first,
-            "p50_ms": round(float(np.percentile(d, 50))) if len(d) else None,
-            "p95_ms": round(float(np.percentile(d, 95))) if len(d) else None}
-        print(f"  cut-ins, canceller {'on' if cancel else 'off'}: {out['on' if cancel else 'off']}", flush=True)
+        out[name] = {"cut_ins": len(people), "heard": len(d), "missed": missed, "interrupted_itself_first": first,
+                     "p50_ms": round(float(np.percentile(d, 50))) if len(d) else None,
+                     "p95_ms": round(float(np.percentile(d, 95))) if len(d) else None, "delays_ms": delays}
+        print(f"  cut-ins, {name}: {out[name]}", flush=True)
     return out
+
+
+def cost_ms_per_audio_s(answer: np.ndarray, room: Room, timing: Timing) -> float:
+    """The canceller's own time (prepare and process, the native calls included) per second of microphone audio
+    while an answer plays, in 20 ms pieces: what one session costs the gateway's worker threads."""
+    mic = microphone(answer, room, timing, -32.0)
+    echo = canceller(True)
+    echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), lambda: False, 0.0)
+    echo.on_sent(events.AudioChunk(turn_id="t", sequence=0, sample_offset=0, pcm16=answer.tobytes()),
+                 lambda: False, timing.first_chunk_s)
+    frame, spent, cancelled = int(FRAME_S * RATE), 0.0, 0
+    for i in range(0, len(mic) - frame + 1, frame):
+        t = time.perf_counter()
+        mic_part, ref = echo.prepare(mic[i: i + frame].tobytes(), (i + frame) / RATE)
+        echo.process(mic_part, ref)
+        if ref is not None:
+            spent, cancelled = spent + time.perf_counter() - t, cancelled + frame
+    return round(spent * 1000 / (cancelled / RATE), 2)
 
 
 def main() -> None:
@@ -262,6 +282,7 @@ def main() -> None:
               "answers": f"{len(answers)} Piper en_US-joe-medium answers ({min(len(answers), len(ANSWERS))} texts), "
                          f"{sum(len(a) for a in answers) / ANSWER_RATE:.0f} s in all",
               "people": f"{len(people)} Asterisk prompts (Allison Smith, human speech)",
+              "cost_ms_per_audio_s": cost_ms_per_audio_s(answers[0], room, timing),
               "self_interruptions": self_interruptions(answers, args.levels, room, timing, vad, args.person_dbfs),
               "cut_in_echo_db": args.cut_in_level,
               "cut_ins": cut_ins(answers, people, args.cut_in_level, room, timing, vad, args.person_dbfs)}
