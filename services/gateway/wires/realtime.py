@@ -69,7 +69,7 @@ class RealtimeSession:
             "response.cancel": self._response_cancel}
 
     def open(self) -> None:
-        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice))
+        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice, reports_playback=False))
         self._apply_vad_settings()
 
     def session_object(self) -> dict:
