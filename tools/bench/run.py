@@ -181,9 +181,8 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
             stop_stack(stack)
         conversation.print_headline(result["headline"])
     if headline_only:
-        path = out_dir / f"{stamp}-headline.json"
-        path.write_text(json.dumps(result, indent=1))
-        print(f"saved {path}")
+        stats.save_run(result, out_dir / f"{stamp}-headline.json", work, keep_work, began)
+        print(f"saved {result['path']}")
         return result
     try:
         cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
