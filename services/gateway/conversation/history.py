@@ -46,8 +46,10 @@ class History:
         metrics.INTERRUPTIONS.labels(trigger).inc()
         self.entries[-1].text = heard
         self.entries[-1].interrupted = True
-        _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard),
-                                           "trigger": trigger})
+        # Named by its turn: the cut comes from the session, outside the turn's own log context.
+        turn_id = getattr(getattr(turn, "inp", None), "turn_id", None)
+        _LOGGER.info("history_cut", extra={"turn_id": turn_id, "played_samples": played_samples,
+                                           "heard_chars": len(heard), "trigger": trigger})
         return True
 
     def withdraw(self, turn: object) -> None:
