@@ -58,6 +58,21 @@ async def test_a_client_that_stops_the_answer_itself_as_the_user_goes_on_gets_on
     assert [h.text for h in stack.llm.requests[-1].history] == [stack.asr.words, "Hello there. How are you?"]
 
 
+@pytest.mark.parametrize("stack", [SLOW_LLM], indirect=True)
+async def test_a_client_that_says_it_played_some_of_the_answer_gets_a_barge_in_not_a_join(stack, connect) -> None:
+    """The page's report of what it played decides, not the gateway's clock: its speech arrives only once its own
+    VAD confirms it, so the gateway cannot tell when it began (the join withdrew heard answers in the page)."""
+    client = await ready_client(connect, audio_input=True)
+    await say(client, 1.0, ts0=5_000_000.0)
+    first = await client.wait_for("turn.started")
+    await client.send(type="interrupt", turn_id=first["turn_id"], played_samples=4800)
+    await say(client, 0.8, ts0=5_002_000.0)
+    await client.wait_for("turn.done", count=2)
+    await client.flush()
+    assert "turn.resumed" not in client.types()
+    assert audio.read_wav(stack.llm.requests[-1].user.audio_wav).duration_s < 1.4  # the second utterance alone
+
+
 async def test_speech_over_an_answer_already_playing_is_a_barge_in_not_a_join(stack, connect) -> None:
     stack.tts.chunks_per_sentence = 40
     stack.tts.chunk_delay_s = 0.02

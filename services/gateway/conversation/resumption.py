@@ -47,9 +47,10 @@ class Resumption:
         self._hold: asyncio.Task | None = None
         self._last_done: tuple[str, str, float] | None = None  # the last turn remembered: id, user words, when
 
-    def speech_started(self, turn: Turn | None, resumed_at: float) -> str | None:
+    def speech_started(self, turn: Turn | None, resumed_at: float, heard_samples: int | None) -> str | None:
         """New speech, first received at `resumed_at`: None when it starts a new utterance; else it continues the
-        last one, and the result is the id of the turn dropped for it ("": the utterance was held, no turn ran)."""
+        last one, and the result is the id of the turn dropped for it ("": the utterance was held, no turn ran).
+        `heard_samples`: what the client reported it played of `turn`'s answer (None: it reports nothing)."""
         if self._hold is not None and not self._hold.done():
             self._hold.cancel()
             self._hold = None
@@ -57,7 +58,8 @@ class Resumption:
             return ""
         done = self._last_done if turn is not None and self._last_done is not None and \
             self._last_done[0] == turn.inp.turn_id else None
-        if not utterance_join.resumes_unheard(turn, resumed_at, done[2] if done else None, self._grace_s):
+        if not utterance_join.resumes_unheard(turn, resumed_at, done[2] if done else None, self._grace_s,
+                                              heard_samples):
             return None
         assert turn is not None
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()

@@ -163,6 +163,7 @@ class Session:
         turn = self.turn
         if turn is None or turn_id not in ("", turn.inp.turn_id):
             return  # an interrupt for a turn this session no longer tracks
+        turn.playback_reported = True
         if self.responding:
             turn.interrupt(played_samples, "client")
             return
@@ -170,10 +171,10 @@ class Session:
         if heard is not None:
             self.history.cut(turn, heard, played_samples)
 
-    def _reported_playback(self) -> int:
-        """What the client said it played of the current answer; 0 from one that reports none (`Opening`)."""
-        reports = self.start is not None and self.start.reports_playback
-        return self.turn.played_samples if self.turn is not None and reports else 0
+    def _heard_of_current(self) -> int | None:
+        """What the client said it played of the current answer; None where it said nothing of it (`Opening`)."""
+        turn, reports = self.turn, self.start is not None and self.start.reports_playback
+        return turn.played_samples if turn is not None and turn.playback_reported and reports else None
 
     def _cut_playing(self, heard_samples: int) -> None:
         """Speech over a finished answer the client is still playing (by the playback estimate): the client is
@@ -250,14 +251,15 @@ class Session:
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
             resumed_at = self._speech_received_at(origin + ev.start_sample)
-            if (dropped := self.resumption.speech_started(self.turn, resumed_at)) is not None:
+            heard = self._heard_of_current()
+            if (dropped := self.resumption.speech_started(self.turn, resumed_at, heard)) is not None:
                 if dropped:  # the same utterance goes on: its unheard answer is withdrawn
                     self.history.withdraw(self.turn)  # if remembered already: the joined turn has its words
                     self.send(events.TurnResumed(turn_id=dropped))
                 return
             if self.turn is not None and self.responding:
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
-            elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._reported_playback())) is not None:
+            elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._heard_of_current() or 0)) is not None:
                 self._cut_playing(heard)  # an answer synthesised but still playing
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0

@@ -21,15 +21,23 @@ from services.common import audio
 from services.gateway.conversation.turn import Turn, TurnInput
 
 
-def resumes_unheard(turn: Turn | None, resumed_at: float, finished_at: float | None, grace_s: float) -> bool:
+def resumes_unheard(turn: Turn | None, resumed_at: float, finished_at: float | None, grace_s: float,
+                    heard_samples: int | None) -> bool:
     """Speech received at `resumed_at` continues `turn`'s utterance: a spoken turn still running then, or that ended
-    at most `grace_s` before (`finished_at`; None: it runs), and whose answer had sent no audio before then. The
-    grace is for a client with its own VAD (the page): it stops the answer (`interrupt`) as its VAD confirms the
-    speech, just before it sends that speech's audio, pre-roll first."""
+    at most `grace_s` before (`finished_at`; None: it runs), and of whose answer the user heard nothing. The grace
+    is for a client with its own VAD (the page): it stops the answer (`interrupt`) as its VAD confirms the speech,
+    just before it sends that speech's audio, pre-roll first.
+
+    What was heard: a client that reports its playback says it (`heard_samples`, from its reports and its
+    `interrupt`), which no clock on the gateway can: a page's speech arrives only once its VAD confirms it, so
+    the gateway's reading of when it began can fall before an answer the user had in fact heard. For a client that
+    reports nothing (None), no audio of the answer sent before the speech arrived stands for nothing heard."""
     if turn is None or turn.inp.source != "speech":
         return False
     if turn.finished and (finished_at is None or finished_at + grace_s <= resumed_at):
         return False
+    if heard_samples is not None:
+        return heard_samples == 0
     return turn.first_audio_at is None or turn.first_audio_at > resumed_at
 
 
