@@ -221,6 +221,8 @@ const handlers = {
     page.doneTurns.add(m.turn_id);
     if (page.resumedTurns.has(m.turn_id)) return ui.removeTurn(m.turn_id); // withdrawn: nothing of it is kept
     ui.finishAssistantTurn(m.turn_id, { text: m.text, heardText: m.heard_text, interrupted: m.interrupted });
+    // The page stopped it as its synthesis finished: the two crossed, so turn.done does not say interrupted.
+    if (!m.interrupted && page.droppedTurns.has(m.turn_id)) ui.markStoppedEarly(m.turn_id);
     ui.showTurnTimings(m.turn_id, m.timings, page.heardAfterMs.get(m.turn_id) ?? null);
     if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
     page.awaitingReply = false;
