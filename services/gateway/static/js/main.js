@@ -26,7 +26,6 @@ const page = {
   resumedTurns: new Set(), // withdrawn by turn.resumed: the next turn answers their words
   heardAfterMs: new Map(), // turn_id -> client-side time to first audio
   doneTurns: new Set(), // turn.done received
-  receivedSamples: new Map(), // turn_id -> samples of its answer received (the debug read-out)
   lastPlaybackReport: 0,
   lastReportedPlayed: null,
   lastUtteranceMs: null, // client-measured length of the last utterance sent
@@ -157,8 +156,7 @@ async function interrupt() {
 
 const handlers = {
   "session.ready": (m) => {
-    const perTurnState = [page.droppedTurns, page.resumedTurns, page.doneTurns, page.heardAfterMs];
-    for (const perTurn of [...perTurnState, page.receivedSamples]) perTurn.clear();
+    for (const perTurn of [page.droppedTurns, page.resumedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
     ui.startSession();
     const voices = m.voices ?? [];
     if (voices.length && !voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
@@ -257,11 +255,7 @@ connection.addEventListener("message", (ev) => {
 
 connection.addEventListener("frame", (ev) => {
   const frame = ev.detail;
-  if (frame.kind === Kind.AUDIO_OUT && page.speakingTurn !== null) {
-    const turn = page.speakingTurn;
-    page.receivedSamples.set(turn, (page.receivedSamples.get(turn) ?? 0) + frame.payload.byteLength / 2);
-    player.push(pcm16ToFloat(frame.payload));
-  }
+  if (frame.kind === Kind.AUDIO_OUT && page.speakingTurn !== null) player.push(pcm16ToFloat(frame.payload));
 });
 
 connection.addEventListener("status", (ev) => {
@@ -401,6 +395,6 @@ exposeDebug({
   state: () => page.state,
   vad: () => capture.state,
   suppressedBargeIns: () => capture.suppressed,
-  receivedSamples: () => Object.fromEntries(page.receivedSamples),
+  receivedSamples: () => ({ ...player.received }),
 });
 ui.showState("idle");
