@@ -283,6 +283,10 @@ class GatewayConfig:
                                            "Open sessions per client address.", lo=1, hi=10000)
     max_history_turns: int = setting("SOTTO_GATEWAY_MAX_HISTORY_TURNS", 20,
                                      "Turns of history sent to the model (older ones dropped).", lo=0, hi=1000)
+    word_turn: bool = setting("SOTTO_GATEWAY_WORD_TURN", True,
+                              "Hold a spoken turn whose words stop where no sentence ends (on 'and', 'the', "
+                              "'um', a comma) for up to SOTTO_VAD_MAX_TURN_SILENCE_MS, for a model that takes the "
+                              "words as its message.")
     max_messages: int = setting(
         "SOTTO_GATEWAY_MAX_MESSAGES", 1000,
         "Messages in one Chat Completions request, and content parts in all of them together; more is refused "

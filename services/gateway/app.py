@@ -48,6 +48,12 @@ class ModelCatalogue:
         """The llm takes no audio (say the offline SmolLM2): spoken turns go to it as their words (the cascade)."""
         return self.llm is not None and not self.llm.audio_input
 
+    @property
+    def sees(self) -> bool:
+        """The llm takes images (or is not known yet): camera keyframes go with spoken turns. A text-only model (the
+        offline SmolLM2) would refuse the whole turn for them."""
+        return self.llm is None or self.llm.image_input
+
     def llm_fields(self) -> dict[str, Any]:
         return dataclasses.asdict(self.llm) if self.llm is not None else {}
 

@@ -116,6 +116,12 @@ def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsy
     assert {"cpu", "cores", "load_average", "load_average_end"} <= r["machine"].keys()
     assert r["command"].startswith("python -m tools.bench run") and r["wall_s"] > 0
     assert set(r["cases"]) == {"spoken_short_camera", "spoken_short_raw", "typed"}
+    # the headline: a spoken conversation at make up's defaults, on human speech, printed before the plumbing
+    h = r["headline"]
+    assert printed.index("HEADLINE: a spoken conversation") < printed.index("PLUMBING") < printed.index("Time to")
+    assert h["turns"] == 6 and h["ok"] == 6, h["rows"]  # three questions, two rounds, one session
+    assert "smollm2" in h["config"]["model"].lower() and h["budget_ms"]["asr"]["n"] == 6
+    assert 0 < h["ttfa_ms"]["p50"] <= h["ttfa_ms"]["p95"]
     assert "Time to first audio per case" in printed and "longest gap" in printed and "engines: spoken" in printed
     for name, case in r["cases"].items():
         s = case["summary"]

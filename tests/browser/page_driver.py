@@ -213,6 +213,10 @@ async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_r
     if must_be_running and any(e["type"] == "turn.done" for e in so_far[:cut]):
         raise AnswerEnded("the first answer was complete on the server before the user cut in: "
                           f"nothing was left for the server to cancel ({what})")
+    interrupt = so_far[cut]
+    if any(e["type"] == "turn.done" and e.get("turn_id") == interrupt["turn_id"] for e in so_far[:cut]) and \
+            interrupt["played_samples"] >= (await debug(page, "receivedSamples")).get(interrupt["turn_id"], 0):
+        raise AnswerEnded(f"the first answer had been played whole as the user cut in: nothing to cut ({what})")
     await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
     # turn.done may come before the answer has played (the real gateway does that): let it finish
     await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)

@@ -21,7 +21,7 @@ from tools.stack import RealStack, start_stack, stop_stack
 @pytest.fixture(scope="module")
 def long_answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
     stack = start_stack(tmp_path_factory.mktemp("barge"), SOTTO_LLM_MAX_NEW_TOKENS="400",
-                        SOTTO_LLM_MAX_INFERENCE_S="30")
+                        SOTTO_LLM_MAX_INFERENCE_S="30", SOTTO_LOG_CONTENT="true")
     yield stack
     stop_stack(stack)
 
@@ -60,19 +60,17 @@ async def test_interrupt_cancels_the_running_llm_and_tts_calls(long_answers: Rea
     assert request["history_turns"] == 2  # the cut turn is in the history, with only what was heard (nothing)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap: server-side barge-in acts only while the turn is still being synthesised; Piper synthesises the tiny "
-    "model's short replies before speech over them is detected, so the answer's turn is over (turn.done) while the "
-    "client still plays it. A client without its own VAD cannot cut such an answer yet"))
 async def test_speaking_over_the_answer_stops_it(long_answers: RealStack, utterance) -> None:
-    """Server-side barge-in: no `interrupt` message, just speech while the answer is being spoken."""
+    """Server-side barge-in: no `interrupt` message, just speech while the answer is being played. Piper may have
+    synthesised the whole answer before the speech is heard (`turn.done` came, the client still plays it): then
+    `turn.cut` tells the client where it was cut; either way the history keeps only what was heard."""
     speech = utterance("Wait, stop, I have another question.")
     async with GatewayClient(long_answers.ws_url) as client:
         await client.send(type="text", text="Tell me a long story about the sea.")
         start = await client.expect("audio.start", timeout=120)
         talking = asyncio.create_task(client.send_audio(speech + bytes(32000), realtime=True))
-        heard_at, late, done = None, 0, None
-        while done is None:
+        heard_at, late, done, cut = None, 0, None, None
+        while cut is None and not (done is not None and done["interrupted"]):
             item = await client.next_event(60)
             if isinstance(item, bytes):
                 late += heard_at is not None and time.monotonic() - heard_at > 0.1
@@ -80,8 +78,14 @@ async def test_speaking_over_the_answer_stops_it(long_answers: RealStack, uttera
                 heard_at = time.monotonic()
             elif item["type"] == "turn.done" and item["turn_id"] == start["turn_id"]:
                 done = item
+            elif item["type"] == "turn.cut" and item["turn_id"] == start["turn_id"]:
+                cut = item
+        assert heard_at is not None and done is not None, "the answer's turn ended without speech being heard"
+        heard = cut["heard_text"] if cut is not None else done["heard_text"]
+        assert heard != done["text"] and done["text"].startswith(heard), (heard, done["text"])
         await talking
-        assert heard_at is not None and done["interrupted"], done
         assert late == 0, f"{late} audio frames arrived more than 100 ms after the speech was heard"
         follow = await client.collect_turn(time.monotonic(), timeout=120)
     assert [e for e in follow.events if e["type"] == "turn.started"][0]["source"] == "speech"
+    request = turn_log(long_answers, "llm", follow.done["turn_id"], "generate_request")
+    assert request["history"].endswith(f"| {heard}"), request["history"]  # only what was heard is remembered

@@ -84,6 +84,7 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
     requests: list[llm_pb2.GenerateRequest] = field(default_factory=list)
     cancelled: int = 0  # calls that ended before their handler finished (see count_unfinished)
     audio_input: bool = True  # what GetModelInfo says (False: a text-only model, spoken turns go as words)
+    image_input: bool = True  # what GetModelInfo says (False: a model that cannot see)
 
     async def Generate(self, request, context) -> AsyncIterator[llm_pb2.GenerateEvent]:
         self.requests.append(request)
@@ -103,7 +104,8 @@ class FakeLlm(llm_pb2_grpc.LlmServiceServicer):
         finished.set()
 
     async def GetModelInfo(self, request, context) -> llm_pb2.ModelInfo:
-        return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=self.audio_input, image_input=True)
+        return llm_pb2.ModelInfo(model="fake", backend="cpu", audio_input=self.audio_input,
+                                 image_input=self.image_input)
 
 
 @dataclass

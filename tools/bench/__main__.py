@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="only these spoken cases (spoken_short, spoken_short_camera, spoken_long, "
                           "spoken_long_camera, spoken_short_raw); the typed case always runs")
     run.add_argument("--quick", action="store_true", help="few llm turns, small component sizes (the bench's test)")
+    run.add_argument("--headline-rounds", type=int, default=2,
+                     help="passes over the human-speech questions in the headline conversation (0: none)")
+    run.add_argument("--headline-only", action="store_true", help="the headline conversation alone")
     run.add_argument("--keep-work", action="store_true",
                      help="keep the fixtures and the stacks' logs (kept anyway when the run fails)")
     peers = sub.add_parser("peers", help="Sotto and a Pipecat pipeline of the same models, on the same clips, "
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 
     run_bench(args.turns, args.levels, args.load_turns, args.load_bound_s, args.out, args.timeout,
               components_on=not args.no_components, spoken_on=not args.no_spoken, case_names=args.cases,
-              quick=args.quick, keep_work=args.keep_work)
+              quick=args.quick, keep_work=args.keep_work, headline_rounds=args.headline_rounds,
+              headline_only=args.headline_only)
     return 0
 
 

@@ -85,6 +85,10 @@ def print_run(r: dict) -> None:
     m = r["machine"]
     print(f"\nSotto bench {r['started_at']}, commit {r.get('commit')}: {m['cpu']}, {m['cores']} cores, load average "
           f"{' '.join(map(str, m['load_average']))} (start) / {' '.join(map(str, m['load_average_end']))} (end)")
+    if r.get("headline"):
+        from tools.bench.conversation import print_headline
+        print_headline(r["headline"])
+        print("\nPLUMBING (bench-only settings and stand-in models, never a headline):")
     print_cases(r["cases"], r["config"])
     print_overhead(r["overhead"])
     llm_engine.print_result(r["llm_service"])

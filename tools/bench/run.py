@@ -23,7 +23,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from services.llm.loading import OFFLINE_MODEL
-from tools.bench import components, llm_engine, stats
+from tools.bench import components, conversation, llm_engine, stats
 from tools.bench.direct import DirectPath
 from tools.bench.fixtures import LOAD_QUESTION, Case, spoken_cases, typed_case
 from tools.bench.load import plot, run_levels
@@ -156,9 +156,10 @@ def run_cases(stack, direct: DirectPath, cases: list[Case], turns: int, bar: tqd
 def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int = 2, load_bound_s: float = 60.0,
         out_dir: Path = Path("bench/results"), timeout: float = 60.0, components_on: bool = True,
         spoken_on: bool = True, case_names: tuple[str, ...] = (), quick: bool = False,
-        keep_work: bool = False) -> dict:
+        keep_work: bool = False, headline_rounds: int = 2, headline_only: bool = False) -> dict:
     """`quick`: small component sizes (the bench's own test). `keep_work`: keep the fixtures and the stacks'
-    logs (named in the result as `work_dir`); they are kept anyway when the run fails."""
+    logs (named in the result as `work_dir`); they are kept anyway when the run fails. `headline_rounds`: passes
+    over the human-speech questions in the headline conversation (0: none); `headline_only`: nothing else."""
     began = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -170,6 +171,19 @@ def run(turns: int = 8, levels: tuple[int, ...] = (1, 2, 4, 8), load_turns: int 
                                "targets": {"overhead_ms_p50": TARGET_OVERHEAD_MS,
                                            "overhead_ratio_p50": TARGET_OVERHEAD_RATIO}}}
     work = Path(tempfile.mkdtemp(prefix="sotto-bench-"))
+    if headline_rounds:
+        # The headline first, on a stack at make up's defaults: none of the bench-only settings below apply.
+        (work / "conversation").mkdir()
+        stack = start_stack(work / "conversation", SOTTO_LLM_MODEL=str(instruct_model()), SOTTO_LLM_THREADS="0")
+        try:
+            result["headline"] = conversation.run(stack, headline_rounds, timeout, questions=3 if quick else 0)
+        finally:
+            stop_stack(stack)
+        conversation.print_headline(result["headline"])
+    if headline_only:
+        stats.save_run(result, out_dir / f"{stamp}-headline.json", work, keep_work, began)
+        print(f"saved {result['path']}")
+        return result
     try:
         cases = [c for c in spoken_cases(work) if not case_names or c.name in case_names] if spoken_on else []
         steps = (len(cases) + 1) * (turns + 1) + 1 + len(levels) + (2 if components_on else 0)

@@ -121,6 +121,7 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
                                          name="bench::send_audio")
         sent_at = None
     started = ended = first_audio = None
+    withdrawn: set[str] = set()  # turns the gateway withdrew because the utterance went on (turn.resumed)
     try:
         deadline = time.monotonic() + timeout + (len(pcm) / 32000)
         while True:
@@ -147,6 +148,11 @@ async def _turn(client: TimedClient, case: Case, turn: TimedTurn, timeout: float
                 turn.outcome = "busy"
             elif kind == "error":
                 turn.error = f"{item.get('code')}: {item.get('message')}"
+            elif kind == "turn.resumed":
+                withdrawn.add(item["turn_id"])
+                first_audio, turn.chunks, turn.error = None, [], ""
+            elif kind == "turn.done" and item["turn_id"] in withdrawn:
+                continue
             elif kind == "turn.done":
                 turn.timings = item.get("timings", {})
                 turn.reply = item.get("text", "")

@@ -147,9 +147,9 @@ class EchoCanceller:
         _LOGGER.info("echo_cancel", extra={"enabled": enabled, "sample_rate": rate})
 
     # -- the answer --------------------------------------------------------------------------------------------
-    def on_sent(self, item: events.Event, is_cut: Callable[[], bool], now: float | None = None) -> None:
+    def on_sent(self, item: events.Event | object, is_cut: Callable[[], bool], now: float | None = None) -> None:
         """An event went out to the client at `now` (monotonic): an answer's start or a chunk of it are the
-        reference; `is_cut()` says when that answer was interrupted."""
+        reference, a `TurnCut` ends it; `is_cut()` says when that answer's turn was interrupted."""
         if not self.enabled:
             return
         now = time.monotonic() if now is None else now
@@ -159,6 +159,16 @@ class EchoCanceller:
             self._far = _FarEnd(item.turn_id, self.rate, resampler, is_cut=is_cut, delay_s=self._delay_s)
         elif isinstance(item, events.AudioChunk) and self._far is not None and self._far.turn_id == item.turn_id:
             self._far.add(item.pcm16, now)
+        elif isinstance(item, events.TurnCut):
+            self.cut(item.turn_id, item.played_samples, item.sample_rate)
+
+    def cut(self, turn_id: str, played_samples: int, sample_rate: int) -> None:
+        """The client stopped playing the answer after `played_samples` (at the answer's rate): what follows is no
+        echo, and a reference of audio that never played would only be taken out of the user's voice."""
+        far = self._far
+        if far is not None and far.turn_id == turn_id:
+            end = round(played_samples * far.rate / sample_rate)
+            far.end = end if far.end is None else min(far.end, end)
 
     def playback(self, turn_id: str, played_samples: int, sample_rate: int, now: float) -> None:
         """The client reports having played `played_samples` (at the answer's rate) of the answer by `now`. A report
@@ -177,8 +187,7 @@ class EchoCanceller:
             self._delay_s = max(0.0, far.min_delay_s)
 
     def _check_cut(self, far: _FarEnd, now: float) -> None:
-        """An answer found interrupted by `now` stops there: its client stops playing it, so what follows is no
-        echo (and a reference of audio that never played would only be subtracted from the user's voice)."""
+        """An answer whose turn was found interrupted by `now` stops there (as `cut`)."""
         if far.end is None and far.anchor is not None and far.is_cut():
             far.end = max(0, round(far.sample_at(now)))
 

@@ -106,6 +106,25 @@ class TurnDone:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnCut:
+    """Speech over an answer whose turn is over (`TurnDone` sent) but which the client is still playing, by the
+    playback estimate: stop playing it; the history keeps `heard_text`, the words of its first `played_samples`."""
+
+    turn_id: str
+    played_samples: int
+    sample_rate: int
+    heard_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResumed:
+    """The user went on speaking before any audio of this turn's answer was sent: the turn is withdrawn (it ends
+    interrupted and is not remembered) and the next turn answers the whole utterance."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Error:
     code: str
     message: str
@@ -130,4 +149,4 @@ class Pong:
 
 
 Event = (SessionReady | SpeechStarted | SpeechEnded | TurnHeld | TurnStarted | Transcript | TextDelta | AudioStarted
-         | AudioChunk | AudioDone | TurnDone | Error | Busy | Health | Pong)
+         | AudioChunk | AudioDone | TurnDone | TurnCut | TurnResumed | Error | Busy | Health | Pong)

@@ -39,15 +39,25 @@ class History:
         self.entries.append(common_pb2.Turn(role=common_pb2.Turn.ROLE_ASSISTANT, text=answer))
         self._owner = None
 
-    def cut(self, turn: object, heard: str, played_samples: int) -> bool:
+    def cut(self, turn: object, heard: str, played_samples: int, trigger: str = "client_after_done") -> bool:
         """An interrupt after `turn` ended: its answer keeps only what was heard; False if it is not the last."""
         if self._owner is not turn:
             return False
-        metrics.INTERRUPTIONS.labels("client_after_done").inc()
+        metrics.INTERRUPTIONS.labels(trigger).inc()
         self.entries[-1].text = heard
         self.entries[-1].interrupted = True
-        _LOGGER.info("history_cut", extra={"played_samples": played_samples, "heard_chars": len(heard)})
+        # Named by its turn: the cut comes from the session, outside the turn's own log context.
+        turn_id = getattr(getattr(turn, "inp", None), "turn_id", None)
+        _LOGGER.info("history_cut", extra={"turn_id": turn_id, "played_samples": played_samples,
+                                           "heard_chars": len(heard), "trigger": trigger})
         return True
+
+    def withdraw(self, turn: object) -> None:
+        """`turn`'s exchange is taken back (its utterance went on, and the joined turn answers all of it), if it is
+        the last one recorded."""
+        if self._owner is turn and turn is not None:
+            del self.entries[-2:]
+            self._owner = None
 
     def answer_of(self, turn: object) -> str | None:
         """The answer `turn` left in the history (as heard), or None when it is not the last entry."""

@@ -20,6 +20,9 @@ class Opening:
     client_vad: bool = False   # the client sends audio only while its own VAD hears speech
     camera: bool = False
     turn_hold: bool = False    # the client keeps streaming after its end of speech when a turn is held
+    # The client reports what it played (`playback`). A Realtime client does not: what was sent stands for heard
+    # only for a cut's history, and speech over a finished answer is judged by the playback estimate alone.
+    reports_playback: bool = True
     echo_cancel: bool | None = None  # remove the answer's echo from its audio; None: when it has no VAD of its own
 
 

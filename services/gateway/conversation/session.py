@@ -4,7 +4,7 @@ A wire's adapter (`wires/ws.py`, `wires/realtime.py`) reads its socket and calls
 conversation says goes out as typed events (`events.py`) to the adapter's `Output`, from one writer task, so events
 never interleave and an interrupted turn's queued audio can be dropped in one place. State changes go through
 `_set_state`, which logs them. Incoming media is `MediaIntake`'s job, the message rate `RateLimiter`'s, the
-history `History`'s.
+history `History`'s, pauses within one utterance `Resumption`'s, speech over an answer still playing `barge_in`'s.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import grpc
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
-from services.gateway.conversation import events
+from services.gateway.conversation import barge_in, events
 from services.gateway.conversation.echo_cancel import EchoCanceller, EchoSettings
 from services.gateway.conversation.events import SAMPLE_RATE_OUT
 from services.gateway.conversation.history import History
@@ -31,6 +31,7 @@ from services.gateway.conversation.inputs import MediaFrame, Opening
 from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake
 from services.gateway.conversation.playback import answer_playing
 from services.gateway.conversation.rate_limit import RateLimiter
+from services.gateway.conversation.resumption import Resumption
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
 from services.gateway.links.asr import Hearing, SpokenWords
@@ -98,6 +99,9 @@ class Session:
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
         self._on_utterance = on_utterance or self.begin_turn
+        # An utterance resumed before its answer was heard becomes one turn; unfinished words are held
+        self.resumption = Resumption(begin=self._on_utterance, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
+                                     word_turn_on=self.gw.word_turn, grace_s=self.settings.jitter_s)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
@@ -119,8 +123,7 @@ class Session:
             except (ConnectionResetError, RuntimeError):
                 return
             # After the send: the first audio frame does not wait for a log line to be formatted and written.
-            if turn is not None:
-                self.echo.on_sent(item, lambda t=turn: t.interrupted)
+            self.echo.on_sent(item, lambda t=turn: t is not None and t.interrupted)
             if turn is not None and self.turn is turn and audio and self.state != State.SPEAKING:
                 self._set_state(State.SPEAKING, "first audio")
 
@@ -164,12 +167,29 @@ class Session:
         turn = self.turn
         if turn is None or turn_id not in ("", turn.inp.turn_id):
             return  # an interrupt for a turn this session no longer tracks
+        turn.playback_reported = True
+        self.echo.cut(turn.inp.turn_id, played_samples, turn.audio_rate)
         if self.responding:
             turn.interrupt(played_samples, "client")
             return
         heard = turn.heard_after_done(played_samples)
         if heard is not None:
             self.history.cut(turn, heard, played_samples)
+
+    def _heard_of_current(self) -> int | None:
+        """What the client said it played of the current answer; None where it said nothing of it (`Opening`)."""
+        turn, reports = self.turn, self.start is not None and self.start.reports_playback
+        return turn.played_samples if turn is not None and turn.playback_reported and reports else None
+
+    def _cut_playing(self, heard_samples: int) -> None:
+        """Speech over a finished answer the client is still playing (by the playback estimate): the client is
+        told to stop it (`TurnCut`), and the history keeps what was heard."""
+        turn = self.turn
+        assert turn is not None
+        heard = turn.heard_after_done(heard_samples)
+        if heard is not None and self.history.cut(turn, heard, heard_samples, "server_vad_after_done"):
+            self.send(events.TurnCut(turn_id=turn.inp.turn_id, played_samples=heard_samples,
+                                     sample_rate=turn.audio_rate, heard_text=heard))
 
     @property
     def in_utterance(self) -> bool:
@@ -190,8 +210,12 @@ class Session:
             await self.vad.reset()
 
     def camera(self, frame: MediaFrame) -> None:
-        """A camera frame for the next utterance's keyframes (raises InputError for one that does not decode)."""
-        self.intake.camera(frame)
+        """A camera frame for the next utterance's keyframes (raises InputError for one that does not decode). A
+        model that cannot see (session.ready's `image_input`) would refuse the whole turn for it: it is not kept."""
+        if self.models.current.sees:
+            self.intake.camera(frame)
+        else:
+            metrics.DROPPED.labels("jpeg_model_cannot_see").inc()
 
     async def audio(self, frame: MediaFrame) -> None:
         await self.intake.audio(frame)
@@ -213,6 +237,14 @@ class Session:
         return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
 
+    def _speech_received_at(self, start: int) -> float:
+        """When the gateway got new speech's first sample. A client with its own VAD sends only speech, so the
+        padded start can fall into the previous utterance's audio, received long before: a time not after that
+        utterance's end is not this speech's, and then now (a little late, so never a heard answer withdrawn)."""
+        at = self.intake.tape.received_at(start)
+        last_end = self.turn.inp.t_input_end if self.turn is not None else None
+        return at if at is not None and (last_end is None or at > last_end) else time.monotonic()
+
     # -- vad events ------------------------------------------------------------------------------------------
     async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
         self._vad_failure_told = False
@@ -223,8 +255,17 @@ class Session:
                 first = origin + ev.start_sample - round(self.settings.preroll_s * SAMPLE_RATE_IN)
                 self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
             self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
+            resumed_at = self._speech_received_at(origin + ev.start_sample)
+            heard = self._heard_of_current()
+            if (dropped := self.resumption.speech_started(self.turn, resumed_at, heard)) is not None:
+                if dropped:  # the same utterance goes on: its unheard answer is withdrawn
+                    self.history.withdraw(self.turn)  # if remembered already: the joined turn has its words
+                    self.send(events.TurnResumed(turn_id=dropped))
+                return
             if self.turn is not None and self.responding:
                 self.turn.interrupt(self.turn.played_samples, "server_vad")
+            elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._heard_of_current() or 0)) is not None:
+                self._cut_playing(heard)  # an answer synthesised but still playing
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
             self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
@@ -232,15 +273,19 @@ class Session:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
             self.send(events.SpeechEnded(ts_ms=ev.end_ts_ms))
-            turn_id = self.next_turn_id()
-            words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=utterance.wav,
-                                streamed=self.hearing.finish(round(utterance.audio_ms * SAMPLE_RATE_IN / 1000)),
-                                cascade=self._text_only_model(), model_name=self.models.current.llm_name,
-                                send=self.send)
-            await self._on_utterance(TurnInput(
+            turn_id, sees = self.next_turn_id(), self.models.current.sees
+            inp, first_words = self.resumption.joined(TurnInput(  # with the part before it, if any
                 turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
-                images=utterance.images, image_ts=utterance.image_ts, t_input_end=utterance.received_at,
-                endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0, words=words))
+                images=utterance.images if sees else [], image_ts=utterance.image_ts if sees else [],
+                t_input_end=utterance.received_at, endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
+            streamed = self.hearing.finish(round(utterance.audio_ms * SAMPLE_RATE_IN / 1000),
+                                           (inp.audio_ms - utterance.audio_ms) / 1000)
+            inp.words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=inp.audio_wav, streamed=streamed,
+                                    cascade=self._text_only_model(), model_name=self.models.current.llm_name,
+                                    send=self.send)
+            if inp.words.cascade:
+                inp.words.prefix = first_words  # the streamed words are the last part's only
+            await self.resumption.ended(inp)
 
     async def _on_vad_failure(self, reason: str) -> None:
         if self.intake.in_utterance:
@@ -322,6 +367,8 @@ class Session:
             finally:
                 if self.turn is turn:
                     self._set_state(State.LISTENING, "turn over")
+        if not self.resumption.remembered(turn.inp.turn_id, result.user_text):
+            return  # dropped unheard: its utterance goes on in the next turn
         if result.outcome in (Outcome.BUSY, Outcome.ERROR):
             return
         # A spoken turn the model heard is recorded with its words and its audio's digest: the llm service matches
@@ -343,6 +390,7 @@ class Session:
         self.send(events.Health(service=service, status=status))
 
     async def close(self) -> None:
+        await self.resumption.close()
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
         if self.turn_task is not None:

@@ -107,6 +107,7 @@ class Turn:
         self.send = send
         self.interrupted = False
         self.played_samples = 0
+        self.playback_reported = False  # the client said what it played of this answer (a report, its interrupt)
         self._calls: dict[str, grpc.aio.Call] = {}
         self._tts_queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._tts_text_ended = False
@@ -135,6 +136,7 @@ class Turn:
         _LOGGER.info("turn_interrupted", extra={"trigger": trigger, "played_samples": played_samples})
 
     def report_playback(self, played_samples: int) -> None:
+        self.playback_reported = True
         self.played_samples = max(self.played_samples, played_samples)
 
     def _cancel_calls(self) -> None:

@@ -53,7 +53,7 @@ class Words:
 
     def __init__(self, task: asyncio.Task[asr_pb2.Transcript], timeout_s: float, on_cancel=None) -> None:
         self._task = task
-        self._timeout_s = timeout_s
+        self.timeout_s = timeout_s
         self._on_cancel = on_cancel
         self.failure = ""
         self.late = False  # the failure is the deadline (a hung or very slow recogniser), not the service's absence
@@ -62,10 +62,10 @@ class Words:
 
     async def text(self) -> str | None:
         try:
-            async with asyncio.timeout(self._timeout_s):
+            async with asyncio.timeout(self.timeout_s):
                 transcript = await asyncio.shield(self._task)
         except TimeoutError:
-            self.failure, self.late = f"it gave no words within {self._timeout_s:.1f} s", True
+            self.failure, self.late = f"it gave no words within {self.timeout_s:.1f} s", True
             self.cancel()
             return None
         except grpc.aio.AioRpcError as exc:
@@ -84,6 +84,20 @@ class Words:
             raise
         if self.recognition_ms is None:
             self.recognition_ms = round((time.monotonic() - self._started) * 1000, 1)
+        return transcript.text
+
+    async def settled_text(self) -> str | None:
+        """The words once the recognition ends (None: none came), with no deadline of its own: a caller that gives
+        up (its own timeout, its cancellation) leaves the recognition running for `text`."""
+        try:
+            transcript = await asyncio.shield(self._task)
+        except (grpc.aio.AioRpcError, NoWords):
+            return None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self._task.cancelled() and not (current is not None and current.cancelling()):
+                return None
+            raise
         return transcript.text
 
     def cancel(self) -> None:
@@ -152,13 +166,15 @@ class Hearing:
     def streaming(self) -> bool:
         return self._stream is not None
 
-    def finish(self, utterance_samples: int) -> Words | None:
-        """The utterance ended after `utterance_samples` of the streamed audio: its words (None: none streamed)."""
+    def finish(self, utterance_samples: int, earlier_audio_s: float = 0.0) -> Words | None:
+        """The utterance ended after `utterance_samples` of the streamed audio: its words (None: none streamed).
+        `earlier_audio_s`: an earlier part of the same utterance still being recognised (conversation/resumption.py),
+        which the service finishes first: its length counts toward the deadline too."""
         stream, self._stream = self._stream, None
         if stream is None:
             return None
         return Words(asyncio.create_task(stream.final(utterance_samples), name="asr::final"),
-                     self._deadline_s(utterance_samples / SAMPLE_RATE), on_cancel=stream.cancel)
+                     self._deadline_s(utterance_samples / SAMPLE_RATE + earlier_audio_s), on_cancel=stream.cancel)
 
     def drop(self) -> None:
         """The utterance was given up (too long, stalled, the vad failed): free the service's stream now."""
@@ -216,6 +232,8 @@ class SpokenWords:
         self._send = send
         self._text: str | None = None
         self._settled = False
+        # The words of an earlier part of the same utterance, on their way (conversation/resumption.py)
+        self.prefix: asyncio.Future[str | None] | None = None
 
     async def message(self) -> str:
         """The cascade's user message; raises Unheard when there is none."""
@@ -233,6 +251,21 @@ class SpokenWords:
         if not text.strip():
             raise Unheard("not_heard", "no words were recognised in that utterance; please say it again")
         return text
+
+    async def peek(self) -> str | None:
+        """The streamed words as soon as they come, told to no one (None: none could be had): the end-of-turn
+        rule reads them before the turn begins, for as long as it cares to wait; `message` then returns the same
+        words under the usual deadline."""
+        return await self._words.settled_text() if self._words is not None and not self._settled else self._text
+
+    async def _first_part(self) -> str:
+        """The earlier part's words, waited for as long as this part's own ("" if they do not come)."""
+        assert self.prefix is not None and self._words is not None
+        try:
+            async with asyncio.timeout(self._words.timeout_s):
+                return ((await asyncio.shield(self.prefix)) or "").strip()
+        except TimeoutError:
+            return ""
 
     def reply_started(self) -> None:
         if self._words is None:
@@ -258,6 +291,8 @@ class SpokenWords:
         if self._settled or self._words is None:
             return self._text
         self._text = await self._words.text()
+        if self._text is not None and self.prefix is not None:
+            self._text = f"{await self._first_part()} {self._text.strip()}".strip()
         self._settled = True
         if self._text is not None:
             self._hearing.heard()

@@ -200,8 +200,8 @@ _TYPES: dict[type, str] = {
     events.SessionReady: "session.ready", events.SpeechStarted: "speech.started", events.SpeechEnded: "speech.ended",
     events.TurnHeld: "turn.hold", events.TurnStarted: "turn.started", events.Transcript: "transcript",
     events.TextDelta: "text.delta", events.AudioStarted: "audio.start", events.AudioDone: "audio.done",
-    events.TurnDone: "turn.done", events.Error: "error", events.Busy: "busy", events.Health: "health",
-    events.Pong: "pong"}
+    events.TurnDone: "turn.done", events.TurnCut: "turn.cut", events.TurnResumed: "turn.resumed",
+    events.Error: "error", events.Busy: "busy", events.Health: "health", events.Pong: "pong"}
 
 
 def serialize(ev: events.Event) -> str | bytes:

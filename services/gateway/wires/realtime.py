@@ -70,7 +70,7 @@ class RealtimeSession:
             "response.cancel": self._response_cancel}
 
     def open(self) -> None:
-        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice,
+        self.session.open(Opening(sample_rate=SAMPLE_RATE_IN, voice=self.config.voice, reports_playback=False,
                                   echo_cancel=self.config.echo_cancel))
         self._apply_vad_settings()
 

@@ -231,6 +231,17 @@ class RealtimeWire:
         response["usage"] = {"total_tokens": prefill + decode, "input_tokens": prefill, "output_tokens": decode}
         await self.emit({"type": "response.done", "response": response})
 
+    async def _on_turn_cut(self, event: events.TurnCut) -> None:
+        """Speech over a finished answer still playing: it is truncated where the user was, as if the client had
+        sent conversation.item.truncate; the client stops playing it there."""
+        item_id = next((i for i, t in self.conversation.turn_of.items() if t == event.turn_id), None)
+        item = self.conversation.get(item_id) if item_id is not None else None
+        if item is None:
+            return
+        item.update(status="incomplete", content=[{"type": "output_audio", "transcript": event.heard_text}])
+        await self.emit({"type": "conversation.item.truncated", "item_id": item_id, "content_index": 0,
+                         "audio_end_ms": event.played_samples * 1000 // max(1, event.sample_rate)})
+
     def _status(self, r: _Response, event: events.TurnDone) -> tuple[str, dict | None]:
         finish = event.finish_reason
         if r.failure is not None or finish in ("busy", "error"):
@@ -256,10 +267,11 @@ class RealtimeWire:
         return {"type": kind, "response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0,
                 **fields}
 
-    # Each conversation event's translation (`Health` and `Pong` have none).
+    # Each conversation event's translation (`Health` and `Pong` have none, nor `TurnResumed`: its response ends
+    # cancelled, `turn_detected`, and the next response answers both parts).
     _translations: dict[type, Callable[[RealtimeWire, Any], Awaitable[None]]] = {
         events.SessionReady: _on_session_ready, events.SpeechStarted: _on_speech_started,
         events.SpeechEnded: _on_speech_ended, events.TurnStarted: _on_turn_started, events.Transcript: _on_transcript,
         events.TextDelta: _on_text_delta, events.AudioStarted: _on_audio_start, events.AudioChunk: _on_audio_chunk,
         events.AudioDone: _on_audio_done, events.Busy: _on_busy, events.Error: _on_error,
-        events.TurnDone: _on_turn_done}
+        events.TurnDone: _on_turn_done, events.TurnCut: _on_turn_cut}

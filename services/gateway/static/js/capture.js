@@ -130,7 +130,9 @@ export class SpeechCapture {
     if (on === this.gate.on) return;
     Object.assign(this.gate, { on, runMs: 0, gapMs: 0, passed: false, floorDb: this._levelFloor() });
     if (!on) this.gateOffFrame = this.frameIndex;
-    if (!on && this.state === "gated") this._confirm();
+    // A segment held back while the answer played is mostly that answer's echo: sending it now would answer the
+    // echo. Only its last pre-roll is kept, and it is sent once speech goes on past the echo's tail (_gateFrame).
+    if (!on && this.state === "gated") this.pending = this.pending.slice(-PREROLL_FRAMES);
   }
 
   // The server holds the utterance open (turn.hold): send what was captured since audio.end, then every frame.
@@ -216,9 +218,14 @@ export class SpeechCapture {
     const gate = this.gate;
     const speech = this.state !== "quiet" && this.state !== "ending";
     if (!gate.on) {
-      if (speech && probability >= gate.threshold && this.frameIndex - this.gateOffFrame > ECHO_TAIL_FRAMES) {
+      const pastEcho = this.frameIndex - this.gateOffFrame > ECHO_TAIL_FRAMES;
+      if (speech && probability >= gate.threshold && pastEcho) {
         this.userLevels.push(levelDb(frame));
         if (this.userLevels.length > LEVEL_FRAMES) this.userLevels.shift();
+      }
+      if (this.state === "gated" && pastEcho) { // held back while an answer played: the user still speaking
+        if (probability >= gate.threshold) gate.runMs += FRAME_MS;
+        if (gate.runMs >= Math.max(gate.minMs, FRAME_MS)) this._confirm();
       }
       return;
     }

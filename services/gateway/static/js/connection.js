@@ -9,6 +9,15 @@ import { PROTOCOL_VERSION, decodeFrame, encodeFrame } from "./protocol.js";
 const BACKOFF_FIRST_MS = 500;
 const BACKOFF_MAX_MS = 15000;
 
+// The gateway wants ?token= on /ws when it listens beyond loopback: the page passes on the one it was opened with.
+export function socketUrl() {
+  const url = new URL("/ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  const token = new URLSearchParams(location.search).get("token");
+  url.search = token ? new URLSearchParams({ token }).toString() : "";
+  return url.toString();
+}
+
 export class Connection extends EventTarget {
   constructor(url, sessionStartFields) {
     super();

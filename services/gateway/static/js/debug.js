@@ -19,6 +19,7 @@ export function exposeDebug(read) {
     get state() { return read.state(); },
     get vad() { return read.vad(); },
     get suppressedBargeIns() { return read.suppressedBargeIns(); },
+    get receivedSamples() { return read.receivedSamples(); },
     get events() { return events.map((e) => ({ ...e })); },
   });
 }

@@ -4,7 +4,7 @@
 
 import { Camera } from "./camera.js";
 import { openMicrophone, SpeechCapture } from "./capture.js";
-import { Connection } from "./connection.js";
+import { Connection, socketUrl } from "./connection.js";
 import { counters, exposeDebug, logEvent } from "./debug.js";
 import { Player } from "./player.js";
 import { Kind, SAMPLE_RATE_IN, floatToPcm16, pcm16ToFloat } from "./protocol.js";
@@ -23,6 +23,7 @@ const page = {
   generatingTurn: null, // turn_id from turn.started, until turn.done
   speakingTurn: null, // turn_id whose audio is in the player
   droppedTurns: new Set(), // interrupted turns: their late audio is ignored
+  resumedTurns: new Set(), // withdrawn by turn.resumed: the next turn answers their words
   heardAfterMs: new Map(), // turn_id -> client-side time to first audio
   doneTurns: new Set(), // turn.done received
   lastPlaybackReport: 0,
@@ -34,6 +35,7 @@ const page = {
   restartForVoice: false,
   jpegTimer: null,
   jpegBusy: false,
+  modelSees: true, // from session.ready: a model that cannot see is sent no camera frames
   state: "idle",
 };
 
@@ -59,15 +61,6 @@ const connection = new Connection(
     ...(localStorage.getItem(VOICE_KEY) ? { voice: localStorage.getItem(VOICE_KEY) } : {}),
   }),
 );
-
-// The gateway wants ?token= on /ws when it listens beyond loopback: the page passes on the one it was opened with.
-function socketUrl() {
-  const url = new URL("/ws", location.href);
-  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-  const token = new URLSearchParams(location.search).get("token");
-  url.search = token ? new URLSearchParams({ token }).toString() : "";
-  return url.toString();
-}
 
 // --- state ------------------------------------------------------------------------------------------------------
 
@@ -130,7 +123,7 @@ function onSpeechEnd(audioMs) {
 }
 
 async function sendJpeg() {
-  if (!camera.active || page.jpegBusy) return;
+  if (!camera.active || page.jpegBusy || !page.modelSees) return;
   page.jpegBusy = true;
   try {
     const capturedAt = Date.now();
@@ -163,7 +156,7 @@ async function interrupt() {
 
 const handlers = {
   "session.ready": (m) => {
-    for (const perTurn of [page.droppedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
+    for (const perTurn of [page.droppedTurns, page.resumedTurns, page.doneTurns, page.heardAfterMs]) perTurn.clear();
     ui.startSession();
     const voices = m.voices ?? [];
     if (voices.length && !voices.includes(localStorage.getItem(VOICE_KEY))) localStorage.removeItem(VOICE_KEY);
@@ -180,6 +173,8 @@ const handlers = {
     ui.showConnection(`Connected — model ${model.name ?? "?"}${backend}${model.fallback ? " (fallback)" : ""}`,
                       model.backend_reason ?? "");
     if (model.note) ui.showAlert(model.note, "busy");
+    page.modelSees = model.image_input !== false;
+    ui.showCameraNote(camera.active, page.modelSees);
     if (m.sample_rate_in && m.sample_rate_in !== SAMPLE_RATE_IN) {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);
     }
@@ -192,6 +187,14 @@ const handlers = {
     updateState();
   },
   "speech.ended": () => capture.finish(),
+  // The server heard speech over an answer still playing (its synthesis was over): stop it, say what was heard.
+  "turn.cut": (m) => page.speakingTurn === m.turn_id && void interrupt(),
+  // The user went on before any of this turn's answer was heard: it is withdrawn, and the next turn has it all.
+  "turn.resumed": (m) => {
+    for (const turns of [page.droppedTurns, page.resumedTurns]) turns.add(m.turn_id);
+    if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
+    ui.removeTurn(m.turn_id);
+  },
   "turn.started": (m) => {
     page.generatingTurn = m.turn_id;
     if (m.source === "speech") page.utteranceAnswered = true;
@@ -216,7 +219,10 @@ const handlers = {
   },
   "turn.done": (m) => {
     page.doneTurns.add(m.turn_id);
+    if (page.resumedTurns.has(m.turn_id)) return ui.removeTurn(m.turn_id); // withdrawn: nothing of it is kept
     ui.finishAssistantTurn(m.turn_id, { text: m.text, heardText: m.heard_text, interrupted: m.interrupted });
+    // The page stopped it as its synthesis finished: the two crossed, so turn.done does not say interrupted.
+    if (!m.interrupted && page.droppedTurns.has(m.turn_id)) ui.markStoppedEarly(m.turn_id);
     ui.showTurnTimings(m.turn_id, m.timings, page.heardAfterMs.get(m.turn_id) ?? null);
     if (page.generatingTurn === m.turn_id) page.generatingTurn = null;
     page.awaitingReply = false;
@@ -325,6 +331,7 @@ async function startCamera() {
   try {
     await camera.start();
     ui.showCameraStatus("");
+    ui.showCameraNote(camera.active, page.modelSees);
     ui.showCameraToggle(true);
   } catch (err) {
     ui.showCameraStatus(`${err.message} Continuing without the camera.`);
@@ -388,5 +395,6 @@ exposeDebug({
   state: () => page.state,
   vad: () => capture.state,
   suppressedBargeIns: () => capture.suppressed,
+  receivedSamples: () => ({ ...player.received }),
 });
 ui.showState("idle");

@@ -19,6 +19,7 @@ export class Player extends EventTarget {
     this.turnId = null;
     this.played = 0; // samples of the current turn played so far (last report)
     this.totalPlayed = 0; // over all turns, for the debug read-out
+    this.received = {}; // turn_id -> samples of its answer pushed, for the debug read-out
     this.playing = false;
     this.stopWaiters = [];
     this.underruns = 0;
@@ -54,6 +55,7 @@ export class Player extends EventTarget {
 
   push(samples) {
     if (this.turnId === null) return;
+    this.received[this.turnId] = (this.received[this.turnId] ?? 0) + samples.length;
     this.node.port.postMessage({ type: "pcm", samples }, [samples.buffer]);
   }
 

@@ -43,6 +43,11 @@ export function showCameraStatus(text) {
   $("camera-status").textContent = text;
 }
 
+// Said once, as a note beside the preview, never as an alert: the conversation goes on with the words alone.
+export function showCameraNote(cameraOn, modelSees) {
+  if (cameraOn && !modelSees) showCameraStatus("The model in use cannot see: camera frames are not sent to it.");
+}
+
 // A toggle button keeps its name and says its state through aria-pressed (styled in CSS).
 export function showCameraToggle(on) {
   elements.cameraToggle.setAttribute("aria-pressed", String(on));
@@ -175,6 +180,14 @@ export function finishAssistantTurn(turnId, { text, heardText, interrupted }) {
   mark.className = "mark";
   mark.textContent = "(interrupted)";
   li.append(mark);
+}
+
+// A turn withdrawn because the user went on speaking: its words reappear in the turn that answers them all.
+export function removeTurn(turnId) {
+  for (const li of $("transcript").querySelectorAll("li")) {
+    if (li.dataset.turnId === turnId) li.remove();
+  }
+  assistantEntries.delete(turnId);
 }
 
 export function markStoppedEarly(turnId) {
