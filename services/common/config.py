@@ -248,10 +248,10 @@ class GatewayConfig:
                                        "answer does not count); 0: no level test.", lo=0, hi=60)
     echo_cancel: bool = setting(
         "SOTTO_GATEWAY_ECHO_CANCEL", True,
-        "Remove the answer's echo from the microphone of clients that do not cancel their own (clients without "
-        "their own VAD: every /v1/realtime client, a /ws client without client_vad), with WebRTC's AEC3, before "
-        "the vad and the recogniser hear it. A session may override it (/ws session.start echo_cancel, Realtime "
-        "session.audio.input.noise_reduction); the page cancels its own echo and never gets it by default.")
+        "Remove the answer's echo from the microphone of /v1/realtime clients (they run no VAD and cancel no echo "
+        "of their own) with WebRTC's AEC3, before the vad and the recogniser hear it; a client turns it off with "
+        "session.audio.input.noise_reduction near_field (a headset: with no echo to find, the canceller also "
+        "mutes the user early in each answer). /ws clients ask for it in session.start (echo_cancel).")
     echo_lead_ms: int = setting(
         "SOTTO_GATEWAY_ECHO_LEAD_MS", 60,
         "The echo canceller's reference goes this far ahead of the answer's estimated playback: the canceller "

@@ -1,6 +1,7 @@
 """The echo canceller in a session, through the gateway's wires (fake vad/llm/tts peers, the real canceller): who
-gets it, how a client turns it on or off on /ws and /v1/realtime, and an answer played back into the microphone of
-a client without its own VAD, which interrupts the answer only when the canceller is off."""
+gets it (Realtime clients by default, /ws clients that ask), how a client turns it on or off, and an answer played
+back into the microphone of a client without its own VAD, which interrupts the answer only when the canceller is
+off."""
 
 from __future__ import annotations
 
@@ -28,19 +29,25 @@ async def start(connect, **fields: object) -> dict:
 
 
 @pytest.mark.parametrize(("fields", "on"), [
-    ({}, True),                                          # no VAD of its own: its microphone hears the answer
-    ({"client_vad": True}, False),                       # the page: the browser cancels its own echo
-    ({"echo_cancel": "off"}, False),
+    ({}, False),                     # a /ws client asks: the page's browser cancels its own echo, a file has none
+    ({"client_vad": True}, False),
+    ({"echo_cancel": "on"}, True),   # a client on a loudspeaker, without echo cancelling of its own
     ({"client_vad": True, "echo_cancel": "on"}, True),
+    ({"echo_cancel": "off"}, False),
 ])
 async def test_session_ready_says_whether_the_server_cancels_the_echo(stack, connect, fields, on) -> None:
     assert (await start(connect, **fields))["echo_cancel"] is on
 
 
 @pytest.mark.parametrize("stack", [{"echo_cancel": False}], indirect=True)
-async def test_the_gateway_setting_turns_it_off_for_clients_that_do_not_ask(stack, connect) -> None:
-    assert (await start(connect))["echo_cancel"] is False
-    assert (await start(connect, echo_cancel="on"))["echo_cancel"] is True
+async def test_the_gateway_setting_turns_it_off_for_realtime_clients(stack) -> None:
+    async with realtime(stack) as events:
+        created = await events.wait_for("session.created")
+        await events.conn.session.update(session={"type": "realtime", "audio": {"input": {
+            "noise_reduction": {"type": "far_field"}}}})
+        asked = await events.wait_for("session.updated")
+    assert created.session.audio.input.noise_reduction is None
+    assert asked.session.audio.input.noise_reduction.type == "far_field"
 
 
 async def test_an_unknown_echo_cancel_is_refused_by_name_and_a_good_start_follows(stack, connect) -> None:
@@ -48,8 +55,8 @@ async def test_an_unknown_echo_cancel_is_refused_by_name_and_a_good_start_follow
     await client.send(type="session.start", protocol=1, echo_cancel="maybe")
     error = await client.wait_for("error")
     assert error["code"] == "bad_message"
-    assert "echo_cancel 'maybe'" in error["message"] and "'auto', 'on', 'off'" in error["message"]
-    await client.send(type="session.start", protocol=1)
+    assert "echo_cancel 'maybe'" in error["message"] and "'on', 'off'" in error["message"]
+    await client.send(type="session.start", protocol=1, echo_cancel="on")
     assert (await client.wait_for("session.ready"))["turn"]["echo_cancel"] is True
 
 

@@ -23,7 +23,7 @@ class Opening:
     # The client reports what it played (`playback`). A Realtime client does not: what was sent stands for heard
     # only for a cut's history, and speech over a finished answer is judged by the playback estimate alone.
     reports_playback: bool = True
-    echo_cancel: bool | None = None  # remove the answer's echo from its audio; None: when it has no VAD of its own
+    echo_cancel: bool = False  # remove the answer's echo from its audio (the client's microphone hears its speaker)
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class Session:
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
-        self.echo = EchoCanceller(EchoSettings.of(self.gw))  # on at open() for clients that cancel none
+        self.echo = EchoCanceller(EchoSettings.of(self.gw))  # on at open() where the client asks (`Opening`)
         self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
                                   drop_utterance=self._drop_utterance, echo=self.echo)
         self.vad: VadLink | None = None
@@ -310,8 +310,7 @@ class Session:
     def open(self, start: Opening) -> None:
         self.start = start
         v = self.cfg.vad
-        self.echo.configure(enabled=self.gw.echo_cancel and not start.client_vad if start.echo_cancel is None
-                            else start.echo_cancel, rate=start.sample_rate)
+        self.echo.configure(enabled=bool(start.echo_cancel), rate=start.sample_rate)
         self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,

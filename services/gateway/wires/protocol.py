@@ -83,7 +83,7 @@ class SessionStart:
     language: str = ""
     camera: bool = False
     turn_hold: bool = False  # the client keeps streaming after audio.end when told `turn.hold`
-    echo_cancel: str = "auto"  # ECHO_CANCEL: the server removes the answer's echo from the microphone (auto: no VAD)
+    echo_cancel: str = "off"  # ECHO_CANCEL: the server removes the answer's echo from the microphone
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,8 @@ _FIELD_TYPES = {"int": (int, "an integer"), "str": (str, "a string"), "bool": (b
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number",
                bool: "a boolean", type(None): "null"}
 ACCEPTED_SAMPLE_RATES = (audio.SPEECH_RATE,)
-# session.start's echo_cancel, as the conversation's Opening takes it (None: the gateway's choice for the client).
-ECHO_CANCEL = {"auto": None, "on": True, "off": False}
+# session.start's echo_cancel, as the conversation's Opening takes it.
+ECHO_CANCEL = {"on": True, "off": False}
 
 
 def decode_json(text: str | bytes) -> Any:
