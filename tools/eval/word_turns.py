@@ -20,11 +20,14 @@ A clip is **cut where the user would notice** when:
   have gone out (the end-of-turn decision plus `--answer-latency-ms`, which stands for the time to first audio: a
   stated assumption, not a measurement, so this figure is labelled with it);
 - *with the early end* (and *the join*): as the words (and the join) rows, and where the vad holds a pause (HELD)
-  and Whisper's words for the audio until then are a complete sentence, the turn ends once those words are had:
-  at the held decision plus the recogniser's own time, measured on that very run (a fresh run: the service may
-  reuse the one a pause starts, which is sooner). Speech that resumes before then is not cut (the vad ends only a
-  turn it still holds); speech that resumes after it is a cut, unless (join row) it resumes before the answer's
-  first audio; a trailing-off clip ended this way is a cut.
+  and Whisper's words so far are a complete sentence, the turn ends once those words are had. The asr service
+  starts a background run when the speaker pauses (services/asr/streaming.py: PAUSE_S of audio quieter than
+  QUIET_RATIO of the utterance), and answers the gateway's request from it: here that run is made on the audio up
+  to where it would start (at the latest the held decision, where the request itself would start one), assuming the
+  recogniser idle then, and its own time is measured; the turn ends at the later of the held decision (plus the
+  turn model's time) and that run's end. Speech that resumes before then is not cut (the vad ends only a turn it
+  still holds); speech that resumes after it is a cut, unless (join row) it resumes before the answer's first
+  audio; a trailing-off clip ended this way is a cut.
 
 **Endpoint** of a complete clip: from the end of its speech (the last 20 ms frame within 26 dB of its loudest) to
 the turn's start: the vad's decision (silence waited plus the turn model's own time, measured here), or the hold
@@ -43,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from services.asr.loading import load_engine
+from services.asr.streaming import PAUSE_S, QUIET_RATIO
 from services.common import config
 from services.gateway.conversation.word_turn import WordVerdict, verdict
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
@@ -88,20 +92,37 @@ def loud_frames(audio: np.ndarray) -> np.ndarray:
     return np.flatnonzero(rms > rms.max() / 20)
 
 
+def pause_run_at(audio: np.ndarray, pause_from: int, held_at: int) -> int:
+    """Where the asr service's background run for the pause that began at `pause_from` starts: once PAUSE_S of
+    audio is quieter than QUIET_RATIO of the utterance's RMS so far (services/asr/streaming.py), at the latest at
+    the held decision (the gateway's request starts one there)."""
+    energy = np.concatenate([[0.0], np.cumsum(audio.astype(np.float64) ** 2)])
+    pause = int(PAUSE_S * RATE)
+    for t in range(max(pause, pause_from + pause), held_at, CHUNK):
+        if (energy[t] - energy[t - pause]) / pause < QUIET_RATIO ** 2 * energy[t] / t:
+            return t
+    return held_at
+
+
 def early_end(clip: Clip, events: list[dict], timed_words, answer_ms: float) -> dict | None:
     """The first held pause whose words so far are a complete sentence, and what ending it there did: None when
     none ends early (see the module docstring)."""
     loud = loud_frames(clip.audio) * CHUNK
+    audio = np.concatenate([clip.audio, np.zeros(int(TAIL_S * RATE), dtype=np.int16)])
     for held in (e for e in events if e["kind"] == "held"):
-        text, asr_ms = timed_words(clip.audio[: held["decided_at"]])
+        spoken = loud[loud < held["decided_at"]]
+        run_at = pause_run_at(audio, int(spoken[-1]) + CHUNK if len(spoken) else 0, held["decided_at"])
+        text, asr_ms = timed_words(audio[:run_at])
         if verdict(text) is not WordVerdict.COMPLETE:
             continue
-        ends_at = held["decided_at"] + round((held["model_ms"] + asr_ms) * RATE / 1000)
+        ends_at = max(held["decided_at"] + round(held["model_ms"] * RATE / 1000),
+                      run_at + round(asr_ms * RATE / 1000))
         resumed = loud[loud >= held["decided_at"]]
         if len(resumed) and resumed[0] < ends_at:
             continue  # the user went on before the words came: the vad no longer holds it
         out = {"at_s": round(held["decided_at"] / RATE, 2), "words": text, "asr_ms": round(asr_ms, 1),
-               "ends_at": ends_at, "resumed": bool(len(resumed))}
+               "run_before_held_ms": round((held["decided_at"] - run_at) * 1000 / RATE), "ends_at": ends_at,
+               "resumed": bool(len(resumed))}
         if len(resumed):
             out["joined"] = bool(resumed[0] <= ends_at + answer_ms * RATE / 1000)
         return out
