@@ -78,7 +78,7 @@ async def test_the_words_so_far_come_while_the_utterance_goes_on(asr, spoken):
     """An end-of-turn decision asks mid-utterance: it gets the words until then, and the stream stays open for the
     rest, whose final words are the whole utterance's."""
     stub, _ = asr
-    first, rest = spoken("Good morning."), spoken("Turn off the lights.")
+    first, rest = spoken("Good morning."), spoken(QUESTION)
     asked = asyncio.Event()
 
     async def requests():
@@ -96,7 +96,8 @@ async def test_the_words_so_far_come_while_the_utterance_goes_on(asr, spoken):
     events = []
     while (event := await call.read()) is not grpc.aio.EOF:
         events.append(event)
-    assert words(events[-1].final.text) == ["good", "morning", "turn", "off", "the", "lights"]
+    final = words(events[-1].final.text)  # both parts (tiny.en may mishear a short word of the second)
+    assert final[:2] == ["good", "morning"] and {"what", "capital", "france"} <= set(final[2:]), final
 
 
 @pytest.mark.parametrize("request_, accepted", [

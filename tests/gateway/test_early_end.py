@@ -13,6 +13,7 @@ from tests.gateway.conftest import silence, speech
 from tests.gateway.test_hearing import TEXT_ONLY, ready_client
 
 pytestmark = pytest.mark.timeout(60)
+EARLY_END = {**TEXT_ONLY, "early_end": True}  # SOTTO_GATEWAY_EARLY_END (off by default)
 HOLD_MS = 1500  # the fake vad holds a pause for this much silence, as the real one does by default
 
 
@@ -26,7 +27,7 @@ async def held_utterance(stack, connect, words: str, audio_input: bool = False, 
     return client
 
 
-@pytest.mark.parametrize("stack", [TEXT_ONLY], indirect=True)
+@pytest.mark.parametrize("stack", [EARLY_END], indirect=True)
 async def test_a_held_turn_whose_words_are_a_sentence_begins_before_the_hold_is_out(stack, connect) -> None:
     client = await held_utterance(stack, connect, "What is the capital of France?")
     done = await client.wait_for("turn.done")  # only 0.4 s of silence was ever sent: the hold is not out
@@ -36,7 +37,7 @@ async def test_a_held_turn_whose_words_are_a_sentence_begins_before_the_hold_is_
     assert client.types().count("speech.ended") == 1
 
 
-@pytest.mark.parametrize("stack", [TEXT_ONLY], indirect=True)
+@pytest.mark.parametrize("stack", [EARLY_END], indirect=True)
 @pytest.mark.parametrize("words", ["I went to the shop and", "Tell me about the", "the weather in Paris today",
                                    "Agent logged in."])
 async def test_unfinished_or_unsure_words_leave_the_hold_to_run_out(stack, connect, words: str) -> None:
@@ -49,7 +50,7 @@ async def test_unfinished_or_unsure_words_leave_the_hold_to_run_out(stack, conne
     assert done["finish_reason"] == "stop" and [r.user.text for r in stack.llm.requests] == [words]
 
 
-@pytest.mark.parametrize("stack", [TEXT_ONLY], indirect=True)
+@pytest.mark.parametrize("stack", [EARLY_END], indirect=True)
 async def test_speech_that_resumes_while_the_words_come_is_not_cut(stack, connect) -> None:
     """The vad ends the utterance only while it still holds it: the user went on meanwhile."""
     stack.asr.so_far_delay_s = 0.6
@@ -63,7 +64,8 @@ async def test_speech_that_resumes_while_the_words_come_is_not_cut(stack, connec
     assert client.types().count("turn.started") == 1 and len(stack.llm.requests) == 1
 
 
-@pytest.mark.parametrize("stack", [{"llm": {"audio_input": False, "first_delay_s": 1.5}}], indirect=True)
+@pytest.mark.parametrize("stack", [{"llm": {"audio_input": False, "first_delay_s": 1.5}, "early_end": True}],
+                         indirect=True)
 async def test_a_sentence_pause_cut_early_is_joined_when_the_user_goes_on(stack, connect) -> None:
     """ "Hi there." … "Can you tell me what a rainbow is?": the turn begins at the pause, and the rest, said before
     any of its answer was heard, makes one turn of both."""
@@ -81,13 +83,14 @@ async def test_a_sentence_pause_cut_early_is_joined_when_the_user_goes_on(stack,
     assert [h.text for h in history] == ["Hi there. Can you tell me what a rainbow is?", "Hello there. How are you?"]
 
 
-@pytest.mark.parametrize("stack", [{"llm": {"audio_input": False}, "early_end": False}], indirect=True)
-async def test_with_the_setting_off_the_hold_runs_out(stack, connect) -> None:
+@pytest.mark.parametrize("stack", [TEXT_ONLY], indirect=True)
+async def test_at_the_defaults_the_hold_runs_out(stack, connect) -> None:
     client = await held_utterance(stack, connect, "What is the capital of France?")
     await asyncio.sleep(0.8)
     assert "turn.started" not in client.types() and stack.asr.asked_so_far == 0
 
 
+@pytest.mark.parametrize("stack", [{"early_end": True}], indirect=True)
 async def test_a_model_that_hears_the_audio_is_not_ended_by_words(stack, connect) -> None:
     """Its words come after the answer starts (the recogniser must not slow the reply): the vad's hold stands."""
     client = await held_utterance(stack, connect, "What is the capital of France?", audio_input=True)
