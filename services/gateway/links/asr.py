@@ -137,6 +137,8 @@ class _UtteranceStream:
         self._asked += 1
         self._queue.put_nowait(asr_pb2.AsrRequest(words_so_far=True))
         self._so_far = asyncio.create_task(self._read_so_far(self._asked), name="asr::so_far")
+        # A caller that stopped waiting leaves the task to end with its answer or the call: its failure is not news.
+        self._so_far.add_done_callback(lambda task: task.cancelled() or task.exception())
         return self._so_far
 
     async def _read_so_far(self, wanted: int) -> str:
