@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import media_fixtures, page_driver
 from tools.speech import speak
@@ -68,7 +69,13 @@ async def converse(base_url: str, camera: Path, utterances: list[np.ndarray], ar
         await page.wait_for_function(page_driver._LISTENING_ON_CUE, timeout=60_000)
         for n, pcm in enumerate(utterances, start=1):
             await page_driver.say(page, pcm, MIC_RATE)
-            await page.wait_for_function(_ANSWERED, arg=n, timeout=ANSWER_WAIT_S * 1000)
+            try:
+                await page.wait_for_function(_ANSWERED, arg=n, timeout=ANSWER_WAIT_S * 1000)
+            except PlaywrightTimeout:  # say where the page stands, not only that it waited
+                state = await page_driver.debug(page, "state"), await page_driver.debug(page, "vad")
+                events = [{k: v for k, v in e.items() if k != "text" or e["type"] != "text.delta"}
+                          for e in await page_driver.debug(page, "events") if e.get("type") != "playback"]
+                raise AssertionError(f"question {n} not answered; page {state}; events {events[-40:]}") from None
         await page.screenshot(path=str(artifacts / "spoken-conversation.png"), full_page=True)
         return {"events": await page_driver.debug(page, "events"),
                 "frames_sent": await page_driver.debug(page, "framesSent"),

@@ -155,7 +155,7 @@ def replay(mic: np.ndarray, answer: np.ndarray, *, cancel: bool, timing: Timing,
     the times (s, from the start of `mic`) of the vad's speech starts."""
     rng = np.random.default_rng(seed)
     echo = echo or canceller(cancel, lead_ms)
-    echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), lambda: False, start_s)
+    echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), start_s)
     chunk_s = CHUNK / ANSWER_RATE / timing.synthesis_speed
     ends_at = timing.first_chunk_s + timing.client_delay_s + len(answer) / ANSWER_RATE + 0.5  # playback.py's margin
     stream = vad.open_stream(RATE, settings or vad_settings())
@@ -168,7 +168,7 @@ def replay(mic: np.ndarray, answer: np.ndarray, *, cancel: bool, timing: Timing,
         while sent < len(answer) and timing.first_chunk_s + sent / CHUNK * chunk_s <= now:
             echo.on_sent(events.AudioChunk(turn_id="t", sequence=0, sample_offset=sent,
                                            pcm16=answer[sent: sent + CHUNK].tobytes()),
-                         lambda: False, start_s + timing.first_chunk_s + sent / CHUNK * chunk_s)
+                         start_s + timing.first_chunk_s + sent / CHUNK * chunk_s)
             sent += CHUNK
         while report_every_s and reported + report_every_s + timing.network_s <= now:
             reported += report_every_s  # the client's report, made then, arrives a network trip later
@@ -244,9 +244,9 @@ def cost_ms_per_audio_s(answer: np.ndarray, room: Room, timing: Timing) -> float
     while an answer plays, in 20 ms pieces: what one session costs the gateway's worker threads."""
     mic = microphone(answer, room, timing, -32.0)
     echo = canceller(True)
-    echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), lambda: False, 0.0)
+    echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), 0.0)
     echo.on_sent(events.AudioChunk(turn_id="t", sequence=0, sample_offset=0, pcm16=answer.tobytes()),
-                 lambda: False, timing.first_chunk_s)
+                 timing.first_chunk_s)
     frame, spent, cancelled = int(FRAME_S * RATE), 0.0, 0
     for i in range(0, len(mic) - frame + 1, frame):
         t = time.perf_counter()

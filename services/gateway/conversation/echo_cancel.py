@@ -34,6 +34,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import soxr
@@ -41,6 +42,10 @@ from livekit import rtc
 
 from services.common import config
 from services.gateway.conversation import events
+
+if TYPE_CHECKING:
+    from services.gateway.conversation.inputs import Opening
+    from services.gateway.conversation.turn import Turn
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -79,7 +84,8 @@ class _FarEnd:
     delay_s: float = 0.0        # from a chunk's sending to its playing, as the client's reports showed so far
     sent: tuple[float, float] | None = None  # (monotonic time, answer sample): as `anchor`, were there no delay
     end: int | None = None      # the answer was cut here: nothing after it plays
-    is_cut: Callable[[], bool] = lambda: False  # the answer was interrupted (its client stops playing it)
+    turn: Turn | None = None    # the answer's turn: interrupted, its client stops playing; what its client reports
+    polled: int = 0             # the most of it the client had reported played when last looked at
 
     def add(self, pcm16: bytes, now: float) -> None:
         first = len(self.pcm)
@@ -115,14 +121,35 @@ class _FarEnd:
         return out
 
 
+class EchoTap:
+    """A session's output, watched: each answer chunk the client is sent becomes the canceller's reference when it
+    goes out (not when it is queued), and a `TurnCut` ends it."""
+
+    def __init__(self, output: Any, gw: config.GatewayConfig, turn: Callable[[], Turn | None],
+                 opening: Callable[[], Opening | None]) -> None:
+        self.output = output
+        self.echo = EchoCanceller(EchoSettings.of(gw), turn, opening)
+
+    async def send(self, item: Any) -> None:
+        await self.output.send(item)
+        self.echo.on_sent(item)
+
+    async def close(self, *, code: int = 1000, message: bytes = b"") -> None:
+        await self.output.close(code=code, message=message)
+
+
 class EchoCanceller:
     """A session's canceller: `on_sent()` is told each answer chunk as it goes out, `playback()` the client's
     reports; `prepare()` (on the event loop) pairs the microphone's frames with the answer's,
     and `process()` (blocking native work: run it in a worker thread) cancels; their order must be kept."""
 
-    def __init__(self, settings: EchoSettings) -> None:
+    def __init__(self, settings: EchoSettings, turn: Callable[[], Turn | None] = lambda: None,
+                 opening: Callable[[], Opening | None] = lambda: None) -> None:
+        """`turn()`: the session's current turn; `opening()`: how its client opened it (None before), which turns
+        the canceller on or off unless `configure` said otherwise first."""
         self.settings = settings
         self.rate = 0
+        self._turn, self._opening, self._configured = turn, opening, False
         self._apm: rtc.AudioProcessingModule | None = None
         self._far: _FarEnd | None = None
         self._delay_s = 0.0  # from sending to playing, learnt from the client's playback reports
@@ -132,6 +159,8 @@ class EchoCanceller:
 
     @property
     def enabled(self) -> bool:
+        if not self._configured and (opening := self._opening()) is not None:
+            self.configure(enabled=opening.echo_cancel, rate=opening.sample_rate)
         return self._apm is not None
 
     @property
@@ -141,22 +170,24 @@ class EchoCanceller:
 
     def configure(self, *, enabled: bool, rate: int) -> None:
         """Turn cancelling on or off for audio at `rate` Hz (a fresh canceller: its filter learns the room anew)."""
-        self.rate = rate
+        self.rate, self._configured = rate, True
         self._held = np.zeros(0, np.int16)
         self._apm = _aec3() if enabled else None
         _LOGGER.info("echo_cancel", extra={"enabled": enabled, "sample_rate": rate})
 
     # -- the answer --------------------------------------------------------------------------------------------
-    def on_sent(self, item: events.Event | object, is_cut: Callable[[], bool], now: float | None = None) -> None:
+    def on_sent(self, item: events.Event | object, now: float | None = None) -> None:
         """An event went out to the client at `now` (monotonic): an answer's start or a chunk of it are the
-        reference, a `TurnCut` ends it; `is_cut()` says when that answer's turn was interrupted."""
+        reference, a `TurnCut` ends it."""
         if not self.enabled:
             return
         now = time.monotonic() if now is None else now
         if isinstance(item, events.AudioStarted):
             self._apm = _aec3()  # fresh for each answer: see the module's docstring
             resampler = soxr.ResampleStream(item.sample_rate, self.rate, 1, dtype="int16")
-            self._far = _FarEnd(item.turn_id, self.rate, resampler, is_cut=is_cut, delay_s=self._delay_s)
+            turn = self._turn()
+            self._far = _FarEnd(item.turn_id, self.rate, resampler, delay_s=self._delay_s,
+                                turn=turn if turn is not None and turn.inp.turn_id == item.turn_id else None)
         elif isinstance(item, events.AudioChunk) and self._far is not None and self._far.turn_id == item.turn_id:
             self._far.add(item.pcm16, now)
         elif isinstance(item, events.TurnCut):
@@ -186,10 +217,18 @@ class EchoCanceller:
             far.anchor, far.reported = (far.sent_time(played) + far.min_delay_s, played), True
             self._delay_s = max(0.0, far.min_delay_s)
 
-    def _check_cut(self, far: _FarEnd, now: float) -> None:
-        """An answer whose turn was found interrupted by `now` stops there (as `cut`)."""
-        if far.end is None and far.anchor is not None and far.is_cut():
+    def _look_at_turn(self, far: _FarEnd, now: float) -> None:
+        """What the answer's turn says by `now`: interrupted, the answer stops there (as `cut`); a client that
+        reports its playback (`Opening.reports_playback`) reported more of it (as `playback`)."""
+        turn, opening = far.turn, self._opening()
+        if turn is None:
+            return
+        if far.end is None and far.anchor is not None and turn.interrupted:
             far.end = max(0, round(far.sample_at(now)))
+        if opening is not None and opening.reports_playback and turn.playback_reported \
+                and turn.played_samples > far.polled:
+            far.polled = turn.played_samples
+            self.playback(far.turn_id, turn.played_samples, turn.audio_rate, now)
 
     # -- the microphone ----------------------------------------------------------------------------------------
     def prepare(self, pcm16: bytes, now: float) -> tuple[np.ndarray, np.ndarray | None]:
@@ -202,7 +241,7 @@ class EchoCanceller:
         far = self._far
         if self._apm is None or far is None or far.anchor is None:
             return self._release(mic), None
-        self._check_cut(far, now)
+        self._look_at_turn(far, now)
         span_t0 = start_t + first / self.rate
         span_t1 = start_t + self._mic_samples / self.rate
         if span_t1 < far.time_of(0) - self.settings.lead_s or span_t0 > far.time_of(far.last) + self.settings.tail_s:

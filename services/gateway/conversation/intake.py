@@ -48,7 +48,7 @@ class MediaIntake:
         self.frames: list[CameraFrame] = []
         self.utterance_start: int | None = None  # tape sample of the open utterance's start
         self._last_audio_at = 0.0
-        self._echo = echo
+        self.echo = echo
         self._feeding = asyncio.Lock()  # the canceller runs in a worker thread: pieces must not overtake
         self._watch_wanted = asyncio.Event()  # set by audio and by a speech start: wakes a parked watchdog
         self._watchdog = asyncio.create_task(self._watch_stalls(), name=f"{name}::stalls")
@@ -76,10 +76,10 @@ class MediaIntake:
         async with self._feeding:
             now = time.monotonic()
             self._last_audio_at = now
-            if self._echo is not None and self._echo.enabled:
+            if self.echo is not None and self.echo.enabled:
                 # What the canceller held back of the last piece comes first, captured that much earlier.
-                ts_ms -= self._echo.held_samples / _SAMPLES_PER_MS
-                pcm = await self._echo.cancel(pcm, now)
+                ts_ms -= self.echo.held_samples / _SAMPLES_PER_MS
+                pcm = await self.echo.cancel(pcm, now)
                 if not pcm:
                     return
             await self._to_tape(pcm, ts_ms, now)

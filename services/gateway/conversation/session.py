@@ -23,8 +23,7 @@ import grpc
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
-from services.gateway.conversation import barge_in, events
-from services.gateway.conversation.echo_cancel import EchoCanceller, EchoSettings
+from services.gateway.conversation import barge_in, early_end, echo_cancel, events
 from services.gateway.conversation.events import SAMPLE_RATE_OUT
 from services.gateway.conversation.history import History
 from services.gateway.conversation.inputs import MediaFrame, Opening
@@ -73,7 +72,7 @@ class Session:
                  on_utterance: Callable[[TurnInput], Awaitable[None]] | None = None) -> None:
         """`on_utterance`: what a spoken utterance the vad ended becomes (default: a turn, answered at once)."""
         self.id = uuid.uuid4().hex[:12]
-        self.output = output
+        self.output = echo_cancel.EchoTap(output, cfg.gateway, turn=lambda: self.turn, opening=lambda: self.start)
         self.cfg = cfg
         self.gw = cfg.gateway
         self.settings = settings  # the time limits, in seconds, for every collaborator
@@ -89,9 +88,8 @@ class Session:
         self.turn_task: asyncio.Task | None = None
         self.out: asyncio.Queue[tuple[events.Event | Any, Turn | None] | None] = asyncio.Queue()
         self.writer = asyncio.create_task(self._write(), name=f"session-{self.id}::write")
-        self.echo = EchoCanceller(EchoSettings.of(self.gw))  # on at open() where the client asks (`Opening`)
         self.intake = MediaIntake(gw=self.gw, settings=self.settings, name=f"session-{self.id}", to_vad=self._to_vad,
-                                  drop_utterance=self._drop_utterance, echo=self.echo)
+                                  drop_utterance=self._drop_utterance, echo=self.output.echo)
         self.vad: VadLink | None = None
         self.hearing = Hearing(stub=asr_pb2_grpc.AsrServiceStub(channels["asr"]), settings=self.settings,
                                max_audio_s=self.gw.max_turn_audio_s)
@@ -99,9 +97,10 @@ class Session:
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
         self._on_utterance = on_utterance or self.begin_turn
-        # An utterance resumed before its answer was heard becomes one turn; unfinished words are held
+        # An utterance resumed before its answer was heard is one turn; words hold it, or end a turn the vad holds
         self.resumption = Resumption(begin=self._on_utterance, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
                                      word_turn_on=self.gw.word_turn, grace_s=self.settings.jitter_s)
+        self.early_end = early_end.EarlyEnd.of(cfg, self.hearing.words_so_far, self.end_of_speech)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
@@ -123,7 +122,6 @@ class Session:
             except (ConnectionResetError, RuntimeError):
                 return
             # After the send: the first audio frame does not wait for a log line to be formatted and written.
-            self.echo.on_sent(item, lambda t=turn: t is not None and t.interrupted)
             if turn is not None and self.turn is turn and audio and self.state != State.SPEAKING:
                 self._set_state(State.SPEAKING, "first audio")
 
@@ -154,12 +152,11 @@ class Session:
         """The client's report of how much of a turn's audio it has played."""
         if self.turn is not None and turn_id in ("", self.turn.inp.turn_id):
             self.turn.report_playback(played_samples)
-            self.echo.playback(self.turn.inp.turn_id, played_samples, self.turn.audio_rate, time.monotonic())
 
-    def end_of_speech(self, ask_verdict: bool = False) -> None:
-        """The client heard the end of speech (its own VAD, or a Realtime commit)."""
+    def end_of_speech(self, ask_verdict: bool = False, if_held: bool = False) -> None:
+        """The client heard the end of speech (its own VAD, or a Realtime commit); `if_held`: the words did."""
         if self.vad is not None:
-            self.vad.end_of_speech(ask_verdict=ask_verdict)
+            self.vad.end_of_speech(ask_verdict=ask_verdict, if_held=if_held)
 
     def interrupt(self, turn_id: str, played_samples: int) -> None:
         """The client cut an answer after `played_samples`: a running turn stops (and records what was heard); a
@@ -168,7 +165,6 @@ class Session:
         if turn is None or turn_id not in ("", turn.inp.turn_id):
             return  # an interrupt for a turn this session no longer tracks
         turn.playback_reported = True
-        self.echo.cut(turn.inp.turn_id, played_samples, turn.audio_rate)
         if self.responding:
             turn.interrupt(played_samples, "client")
             return
@@ -234,8 +230,7 @@ class Session:
     def awaiting_first_audio(self) -> bool:
         """A turn is thinking (llm, first sentence's synthesis) and nobody is speaking: the CPU matters more than
         how soon new speech is noticed, since there is no answer playing to interrupt yet."""
-        return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
-                and not self.turn_task.done() and self.turn.samples_sent == 0)
+        return not self.in_utterance and self.turn is not None and self.responding and self.turn.samples_sent == 0
 
     def _speech_received_at(self, start: int) -> float:
         """When the gateway got new speech's first sample. A client with its own VAD sends only speech, so the
@@ -269,6 +264,7 @@ class Session:
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
             self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
+            self.early_end.held(self._text_only_model())
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
@@ -310,7 +306,6 @@ class Session:
     def open(self, start: Opening) -> None:
         self.start = start
         v = self.cfg.vad
-        self.echo.configure(enabled=bool(start.echo_cancel), rate=start.sample_rate)
         self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,
@@ -327,7 +322,7 @@ class Session:
             model=models.llm_fields(), limits=limits, health=dict(self.health),
             turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
                   "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                  "barge_in_level_db": self.gw.barge_in_level_db, "echo_cancel": self.echo.enabled}))
+                  "barge_in_level_db": self.gw.barge_in_level_db, "echo_cancel": start.echo_cancel}))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 
@@ -389,7 +384,7 @@ class Session:
         self.send(events.Health(service=service, status=status))
 
     async def close(self) -> None:
-        await self.resumption.close()
+        await asyncio.gather(self.resumption.close(), self.early_end.close())
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
         if self.turn_task is not None:

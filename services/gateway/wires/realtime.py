@@ -134,7 +134,7 @@ class RealtimeSession:
         if new.input_rate != old.input_rate:
             self.resampler = InputResampler(new.input_rate)
         if new.echo_cancel != old.echo_cancel:
-            self.session.echo.configure(enabled=new.echo_cancel, rate=SAMPLE_RATE_IN)
+            self.session.intake.echo.configure(enabled=new.echo_cancel, rate=SAMPLE_RATE_IN)
         if new.turn_detection != old.turn_detection:
             self._manual.clear()
             await self.session.drop_speech()  # the next audio opens a vad stream with the new settings
