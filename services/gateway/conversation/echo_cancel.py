@@ -23,8 +23,10 @@ any answer (before its first sample, after its last plus `tail_s`) audio passes 
 
 Each answer gets a fresh AEC3. One carried over from the previous answer (even one fed all along) let the start of
 the next answer's echo through, and Silero hears speech in residual echo far below the user's level; a fresh one is
-conservative while it converges, and cancelled whole answers, people's cut-ins still heard (tools/eval/echo_room.py,
-tests/gateway/test_echo_cancel.py).
+conservative while it converges, and cancelled whole answers, people's cut-ins over the echo still heard
+(tools/eval/echo_room.py, tests/gateway/test_echo_cancel.py). Where there is no echo at all (headphones, a client
+streaming a file) that fresh AEC3 finds no echo path and keeps muting the microphone while the answer plays: hence
+on by default only for Realtime clients (`near_field` turns it off), on request on `/ws` (docs/performance.md).
 """
 
 from __future__ import annotations
