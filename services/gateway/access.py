@@ -81,8 +81,10 @@ async def registered(request: web.Request, session: Session) -> AsyncIterator[No
         yield
     finally:
         deps.listeners.remove(session.on_health)
-        sessions.discard(session)  # at once: a session in a reference cycle would count until the next GC
-        await session.close()
+        # Both limits free the place at once: a session in a reference cycle would count until the next GC, and
+        # its close (cancelling a turn, a held utterance) takes a moment the client's next connect need not wait.
+        sessions.discard(session)
         per_client[client] -= 1
         metrics.SESSIONS.dec()
+        await session.close()
         _LOGGER.info("session_closed", extra={"turns": session.turns})
