@@ -143,6 +143,22 @@ async def wait_for_events(page: Page, direction: str, kind: str, count: int, tim
         arg=[direction, kind, count], timeout=timeout_s * 1000)
 
 
+# `n` answers are over and the page listens again: turns the server withdrew (`turn.resumed`: the user went on, and
+# the next turn answers the whole utterance) do not count, and the user is not speaking (a withdrawn turn's
+# `turn.done` comes while they still are, before its `turn.resumed`).
+_ANSWERED_AND_LISTENING = """([n]) => {
+  const d = window.sottoDebug;
+  const events = d.events.filter(e => e.dir === "in");
+  const withdrawn = new Set(events.filter(e => e.type === "turn.resumed").map(e => e.turn_id));
+  const answered = events.filter(e => e.type === "turn.done" && !withdrawn.has(e.turn_id)).length;
+  return answered >= n && d.state === "listening" && (d.vad === "quiet" || d.vad === "ending");
+}"""
+
+
+async def wait_for_answers(page: Page, count: int, timeout_s: float) -> None:
+    await page.wait_for_function(_ANSWERED_AND_LISTENING, arg=[count], timeout=timeout_s * 1000)
+
+
 class AnswerEnded(Exception):
     """The first answer left nothing to barge in on: it had no audio, or it was over (played, or complete on the
     server) before the user's cut-in was heard."""
@@ -217,17 +233,15 @@ async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_r
     if any(e["type"] == "turn.done" and e.get("turn_id") == interrupt["turn_id"] for e in so_far[:cut]) and \
             interrupt["played_samples"] >= (await debug(page, "receivedSamples")).get(interrupt["turn_id"], 0):
         raise AnswerEnded(f"the first answer had been played whole as the user cut in: nothing to cut ({what})")
-    await wait_for_events(page, "in", "turn.done", 2, timeout_s=30 * wait)
     # turn.done may come before the answer has played (the real gateway does that): let it finish
-    await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
+    await wait_for_answers(page, 2, timeout_s=50 * wait)
 
 
 async def type_a_turn_and_collect(page: Page, log: BrowserLog, played: list[int], screenshot: Path,
                                   artifacts: Path, started: float, wait: float) -> ConversationRun:
     await page.get_by_label("Type a message").fill("Hello from the keyboard")
     await page.get_by_label("Type a message").press("Enter")
-    await wait_for_events(page, "in", "turn.done", 3, timeout_s=20 * wait)
-    await page.wait_for_function("() => window.sottoDebug.state === 'listening'", timeout=20_000 * wait)
+    await wait_for_answers(page, 3, timeout_s=40 * wait)
     unheard = await page.locator("#transcript li.assistant").first.locator(".unheard").all_inner_texts()
     run = ConversationRun(
         log=log,

@@ -43,7 +43,11 @@ class RealConversation:
         return [e for e in self.run.events if e["dir"] == "out" and e["type"] == kind]
 
     def received(self, kind: str) -> list[dict]:
-        return [e for e in self.run.events if e["dir"] == "in" and e["type"] == kind]
+        """What the page received of `kind`, less what belongs to turns the server withdrew (`turn.resumed`: the
+        user went on after a pause, as "Wait … what colour is the cup" may, and the next turn has it all)."""
+        events = [e for e in self.run.events if e["dir"] == "in"]
+        withdrawn = {e["turn_id"] for e in events if e["type"] == "turn.resumed"}
+        return [e for e in events if e["type"] == kind and e.get("turn_id") not in withdrawn]
 
     def gateway_turn(self, turn_id: str) -> dict:
         (done,) = [e for e in self.stack.log_events("gateway")
