@@ -128,11 +128,16 @@ export class SpeechCapture {
 
   setGate(on) {
     if (on === this.gate.on) return;
+    // The held segment is the user's once it stopped the answer (onBargeIn) or has any frame at their level.
+    const theirs = this.gate.passed || this.gate.runMs > 0;
     Object.assign(this.gate, { on, runMs: 0, gapMs: 0, passed: false, floorDb: this._levelFloor() });
     if (!on) this.gateOffFrame = this.frameIndex;
-    // A segment held back while the answer played is mostly that answer's echo: sending it now would answer the
-    // echo. Only its last pre-roll is kept, and it is sent once speech goes on past the echo's tail (_gateFrame).
-    if (!on && this.state === "gated") this.pending = this.pending.slice(-PREROLL_FRAMES);
+    if (!on && this.state === "gated") {
+      // Otherwise the answer ended while a segment was held back that is only that answer's echo: sending it now
+      // would answer the echo. Only its last pre-roll is kept, sent once speech goes on past the echo's tail.
+      if (theirs) this._confirm();
+      else this.pending = this.pending.slice(-PREROLL_FRAMES);
+    }
   }
 
   // The server holds the utterance open (turn.hold): send what was captured since audio.end, then every frame.
