@@ -9,5 +9,4 @@ from services.common.metrics import LATENCY_BUCKETS
 ACTIVE_STREAMS = Gauge("sotto_asr_active_streams", "Utterance streams open now.")
 RECOGNITION_SECONDS = Histogram(
     "sotto_asr_recognition_seconds", "Recognition time by kind: a background partial run, the final words after "
-    "`end` (what a turn waits for), a run for the words so far (an end-of-turn decision), a whole clip.", ["kind"],
-    buckets=LATENCY_BUCKETS)
+    "`end` (what a turn waits for), a whole clip.", ["kind"], buckets=LATENCY_BUCKETS)

@@ -102,13 +102,6 @@ class AsrServicer(asr_pb2_grpc.AsrServiceServicer):
                 if request.end:
                     yield asr_pb2.AsrEvent(final=await self._final(utterance, request.utterance_samples, partial))
                     return
-                if request.words_so_far:
-                    asked = time.monotonic()
-                    if partial is not None:  # it may have heard it all (a pause starts one), and runs first anyway
-                        grew, partial = await partial, None
-                        if grew and first.settings.partials:
-                            yield asr_pb2.AsrEvent(stable=utterance.stable_text)
-                    yield asr_pb2.AsrEvent(so_far=await self._so_far(utterance, asked))
                 if partial is None and self._running == 0 and utterance.partial_due():
                     partial = self._submit("partial", utterance.recognise_partial, *utterance.start_partial())
                 request = await anext(requests, None)
@@ -141,15 +134,6 @@ class AsrServicer(asr_pb2_grpc.AsrServiceServicer):
         return asr_pb2.Transcript(text=words.text, audio_ms=audio_ms, recognition_ms=seconds * 1000,
                                   stable_chars=words.stable_chars, partial_runs=words.partial_runs,
                                   covered=words.covered)
-
-    async def _so_far(self, utterance: UtteranceRecognizer, asked: float) -> asr_pb2.Transcript:
-        """The words of the audio so far (asked for at `asked`): the newest hypothesis when it heard it all, else a
-        run now; the stream stays open."""
-        if utterance.samples and not utterance.covered():
-            await self._submit("so_far", utterance.recognise_partial, *utterance.start_partial())
-        return asr_pb2.Transcript(text=utterance.hypothesis, audio_ms=utterance.samples * 1000 / SAMPLE_RATE,
-                                  recognition_ms=(time.monotonic() - asked) * 1000,
-                                  partial_runs=utterance.partial_runs, covered=utterance.covered())
 
     async def Transcribe(self, request: asr_pb2.TranscribeRequest,
                          context: grpc.aio.ServicerContext) -> asr_pb2.Transcript:

@@ -125,14 +125,6 @@ class UtteranceRecognizer:
             self._stable = words[:agreed]
         return grew
 
-    @property
-    def hypothesis(self) -> str:
-        return self._hypothesis
-
-    def covered(self) -> bool:
-        """The newest hypothesis heard all the audio so far (what came after it is quiet)."""
-        return bool(self._hypothesis) and self._quiet_after(self._hypothesis_samples)
-
     def recognise_final(self, utterance_samples: int = 0) -> FinalWords:
         """The utterance's words: the first `utterance_samples` (0: all audio received) are the utterance."""
         total = min(utterance_samples or self.samples, self.samples)

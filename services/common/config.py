@@ -287,12 +287,6 @@ class GatewayConfig:
                               "Hold a spoken turn whose words stop where no sentence ends (on 'and', 'the', "
                               "'um', a comma) for up to SOTTO_VAD_MAX_TURN_SILENCE_MS, for a model that takes the "
                               "words as its message.")
-    early_end: bool = setting("SOTTO_GATEWAY_EARLY_END", False,
-                              "End a spoken turn the end-of-turn model holds open as soon as the recogniser's "
-                              "words so far are a complete sentence, instead of after SOTTO_VAD_MAX_TURN_SILENCE_MS "
-                              "of silence, for a model that takes the words as its message (speech resumed before "
-                              "the answer is heard is joined to it). Off: on human speech it answered held complete "
-                              "utterances sooner but cut more trailing-off ones (docs/performance.md).")
     max_messages: int = setting(
         "SOTTO_GATEWAY_MAX_MESSAGES", 1000,
         "Messages in one Chat Completions request, and content parts in all of them together; more is refused "

@@ -17,8 +17,6 @@ ERRORS = Counter("sotto_gateway_errors_total", "Error events sent to clients, by
 DROPPED = Counter("sotto_gateway_dropped_total", "Input dropped without an error event, by reason.", ["reason"])
 BUSY = Counter("sotto_gateway_busy_total", "Turns refused because the llm service was busy.")
 INTERRUPTIONS = Counter("sotto_gateway_interruptions_total", "Turns cut by barge-in, by trigger.", ["trigger"])
-ENDED_BY_WORDS = Counter("sotto_gateway_turns_ended_by_words_total",
-                         "Held utterances ended early because their words so far were a complete sentence.")
 CANCELLED_CALLS = Counter("sotto_gateway_cancelled_calls_total", "gRPC calls the gateway cancelled, by service.",
                           ["service"])
 OPENAI_REQUESTS = Counter("sotto_gateway_openai_requests_total",

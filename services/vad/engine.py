@@ -211,12 +211,6 @@ class VadStream:
         end = self._endpointer.finish(self._received)
         return [self._ended(end, self.last_probability)] if end is not None else []
 
-    def end_held(self) -> list[SpeechEvent]:
-        """The client learned otherwise (the words) that a held utterance is complete: it ends now, at its speech's
-        end, but only while it is still held; speech that resumed since goes on, never cut."""
-        self._check_open()
-        return self.flush() if self._endpointer.held else []
-
     def set_answer_playing(self, playing: bool) -> list[SpeechEvent]:
         """An answer starts or stops playing on this source: the barge-in gate applies meanwhile."""
         self._check_open()

@@ -140,8 +140,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
                     else:
                         events += await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
                 if request.end_of_speech and stream is not None:
-                    events += (stream.end_held() if request.end_if_held else stream.ask_verdict()
-                               if request.ask_verdict else stream.flush())
+                    events += stream.ask_verdict() if request.ask_verdict else stream.flush()
                 if stream is not None and stream.verdict_due:
                     events += await self._run(stream.decide)
                 for event in events:

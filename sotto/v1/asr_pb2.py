@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12sotto/v1/asr.proto\x12\x08sotto.v1\"F\n\x0b\x41srSettings\x12\x13\n\x0bsample_rate\x18\x01 \x01(\r\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x10\n\x08partials\x18\x03 \x01(\x08\"\x82\x01\n\nAsrRequest\x12\'\n\x08settings\x18\x01 \x01(\x0b\x32\x15.sotto.v1.AsrSettings\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\x19\n\x11utterance_samples\x18\x04 \x01(\x04\x12\x14\n\x0cwords_so_far\x18\x05 \x01(\x08\"\x81\x01\n\nTranscript\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08\x61udio_ms\x18\x02 \x01(\x01\x12\x16\n\x0erecognition_ms\x18\x03 \x01(\x01\x12\x14\n\x0cstable_chars\x18\x04 \x01(\r\x12\x14\n\x0cpartial_runs\x18\x05 \x01(\r\x12\x0f\n\x07\x63overed\x18\x06 \x01(\x08\"t\n\x08\x41srEvent\x12\x10\n\x06stable\x18\x01 \x01(\tH\x00\x12%\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x14.sotto.v1.TranscriptH\x00\x12&\n\x06so_far\x18\x03 \x01(\x0b\x32\x14.sotto.v1.TranscriptH\x00\x42\x07\n\x05\x65vent\"V\n\x11TranscribeRequest\x12\x0b\n\x03wav\x18\x01 \x01(\x0c\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x03 \x01(\r\x12\x10\n\x08language\x18\x04 \x01(\t2\x8f\x01\n\nAsrService\x12@\n\x10StreamTranscribe\x12\x14.sotto.v1.AsrRequest\x1a\x12.sotto.v1.AsrEvent(\x01\x30\x01\x12?\n\nTranscribe\x12\x1b.sotto.v1.TranscribeRequest\x1a\x14.sotto.v1.Transcriptb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12sotto/v1/asr.proto\x12\x08sotto.v1\"F\n\x0b\x41srSettings\x12\x13\n\x0bsample_rate\x18\x01 \x01(\r\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x10\n\x08partials\x18\x03 \x01(\x08\"l\n\nAsrRequest\x12\'\n\x08settings\x18\x01 \x01(\x0b\x32\x15.sotto.v1.AsrSettings\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x03 \x01(\x08\x12\x19\n\x11utterance_samples\x18\x04 \x01(\x04\"\x81\x01\n\nTranscript\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x10\n\x08\x61udio_ms\x18\x02 \x01(\x01\x12\x16\n\x0erecognition_ms\x18\x03 \x01(\x01\x12\x14\n\x0cstable_chars\x18\x04 \x01(\r\x12\x14\n\x0cpartial_runs\x18\x05 \x01(\r\x12\x0f\n\x07\x63overed\x18\x06 \x01(\x08\"L\n\x08\x41srEvent\x12\x10\n\x06stable\x18\x01 \x01(\tH\x00\x12%\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x14.sotto.v1.TranscriptH\x00\x42\x07\n\x05\x65vent\"V\n\x11TranscribeRequest\x12\x0b\n\x03wav\x18\x01 \x01(\x0c\x12\r\n\x05pcm16\x18\x02 \x01(\x0c\x12\x13\n\x0bsample_rate\x18\x03 \x01(\r\x12\x10\n\x08language\x18\x04 \x01(\t2\x8f\x01\n\nAsrService\x12@\n\x10StreamTranscribe\x12\x14.sotto.v1.AsrRequest\x1a\x12.sotto.v1.AsrEvent(\x01\x30\x01\x12?\n\nTranscribe\x12\x1b.sotto.v1.TranscribeRequest\x1a\x14.sotto.v1.Transcriptb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ASRSETTINGS']._serialized_start=32
   _globals['_ASRSETTINGS']._serialized_end=102
-  _globals['_ASRREQUEST']._serialized_start=105
-  _globals['_ASRREQUEST']._serialized_end=235
-  _globals['_TRANSCRIPT']._serialized_start=238
-  _globals['_TRANSCRIPT']._serialized_end=367
-  _globals['_ASREVENT']._serialized_start=369
-  _globals['_ASREVENT']._serialized_end=485
-  _globals['_TRANSCRIBEREQUEST']._serialized_start=487
-  _globals['_TRANSCRIBEREQUEST']._serialized_end=573
-  _globals['_ASRSERVICE']._serialized_start=576
-  _globals['_ASRSERVICE']._serialized_end=719
+  _globals['_ASRREQUEST']._serialized_start=104
+  _globals['_ASRREQUEST']._serialized_end=212
+  _globals['_TRANSCRIPT']._serialized_start=215
+  _globals['_TRANSCRIPT']._serialized_end=344
+  _globals['_ASREVENT']._serialized_start=346
+  _globals['_ASREVENT']._serialized_end=422
+  _globals['_TRANSCRIBEREQUEST']._serialized_start=424
+  _globals['_TRANSCRIBEREQUEST']._serialized_end=510
+  _globals['_ASRSERVICE']._serialized_start=513
+  _globals['_ASRSERVICE']._serialized_end=656
 # @@protoc_insertion_point(module_scope)

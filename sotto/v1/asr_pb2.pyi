@@ -16,18 +16,16 @@ class AsrSettings(_message.Message):
     def __init__(self, sample_rate: _Optional[int] = ..., language: _Optional[str] = ..., partials: _Optional[bool] = ...) -> None: ...
 
 class AsrRequest(_message.Message):
-    __slots__ = ("settings", "pcm16", "end", "utterance_samples", "words_so_far")
+    __slots__ = ("settings", "pcm16", "end", "utterance_samples")
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     PCM16_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_SAMPLES_FIELD_NUMBER: _ClassVar[int]
-    WORDS_SO_FAR_FIELD_NUMBER: _ClassVar[int]
     settings: AsrSettings
     pcm16: bytes
     end: bool
     utterance_samples: int
-    words_so_far: bool
-    def __init__(self, settings: _Optional[_Union[AsrSettings, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., end: _Optional[bool] = ..., utterance_samples: _Optional[int] = ..., words_so_far: _Optional[bool] = ...) -> None: ...
+    def __init__(self, settings: _Optional[_Union[AsrSettings, _Mapping]] = ..., pcm16: _Optional[bytes] = ..., end: _Optional[bool] = ..., utterance_samples: _Optional[int] = ...) -> None: ...
 
 class Transcript(_message.Message):
     __slots__ = ("text", "audio_ms", "recognition_ms", "stable_chars", "partial_runs", "covered")
@@ -46,14 +44,12 @@ class Transcript(_message.Message):
     def __init__(self, text: _Optional[str] = ..., audio_ms: _Optional[float] = ..., recognition_ms: _Optional[float] = ..., stable_chars: _Optional[int] = ..., partial_runs: _Optional[int] = ..., covered: _Optional[bool] = ...) -> None: ...
 
 class AsrEvent(_message.Message):
-    __slots__ = ("stable", "final", "so_far")
+    __slots__ = ("stable", "final")
     STABLE_FIELD_NUMBER: _ClassVar[int]
     FINAL_FIELD_NUMBER: _ClassVar[int]
-    SO_FAR_FIELD_NUMBER: _ClassVar[int]
     stable: str
     final: Transcript
-    so_far: Transcript
-    def __init__(self, stable: _Optional[str] = ..., final: _Optional[_Union[Transcript, _Mapping]] = ..., so_far: _Optional[_Union[Transcript, _Mapping]] = ...) -> None: ...
+    def __init__(self, stable: _Optional[str] = ..., final: _Optional[_Union[Transcript, _Mapping]] = ...) -> None: ...
 
 class TranscribeRequest(_message.Message):
     __slots__ = ("wav", "pcm16", "sample_rate", "language")

@@ -43,20 +43,18 @@ class AudioChunk(_message.Message):
     def __init__(self, pcm16: _Optional[bytes] = ..., sample_rate: _Optional[int] = ..., sequence: _Optional[int] = ..., capture_ts_ms: _Optional[int] = ...) -> None: ...
 
 class VadRequest(_message.Message):
-    __slots__ = ("settings", "audio", "end_of_speech", "ask_verdict", "answer_playing", "end_if_held")
+    __slots__ = ("settings", "audio", "end_of_speech", "ask_verdict", "answer_playing")
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     END_OF_SPEECH_FIELD_NUMBER: _ClassVar[int]
     ASK_VERDICT_FIELD_NUMBER: _ClassVar[int]
     ANSWER_PLAYING_FIELD_NUMBER: _ClassVar[int]
-    END_IF_HELD_FIELD_NUMBER: _ClassVar[int]
     settings: VadSettings
     audio: AudioChunk
     end_of_speech: bool
     ask_verdict: bool
     answer_playing: bool
-    end_if_held: bool
-    def __init__(self, settings: _Optional[_Union[VadSettings, _Mapping]] = ..., audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., end_of_speech: _Optional[bool] = ..., ask_verdict: _Optional[bool] = ..., answer_playing: _Optional[bool] = ..., end_if_held: _Optional[bool] = ...) -> None: ...
+    def __init__(self, settings: _Optional[_Union[VadSettings, _Mapping]] = ..., audio: _Optional[_Union[AudioChunk, _Mapping]] = ..., end_of_speech: _Optional[bool] = ..., ask_verdict: _Optional[bool] = ..., answer_playing: _Optional[bool] = ...) -> None: ...
 
 class VadEvent(_message.Message):
     __slots__ = ("kind", "start_sample", "end_sample", "start_ts_ms", "end_ts_ms", "probability", "processed_samples", "turn_probability")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import grpc
@@ -72,32 +71,6 @@ async def test_audio_after_the_utterance_is_ignored(asr, spoken):
 
     events = [e async for e in stub.StreamTranscribe(requests(), timeout=60)]
     assert words(events[-1].final.text) == ["good", "morning"]
-
-
-async def test_the_words_so_far_come_while_the_utterance_goes_on(asr, spoken):
-    """An end-of-turn decision asks mid-utterance: it gets the words until then, and the stream stays open for the
-    rest, whose final words are the whole utterance's."""
-    stub, _ = asr
-    first, rest = spoken("Good morning."), spoken(QUESTION)
-    asked = asyncio.Event()
-
-    async def requests():
-        yield asr_pb2.AsrRequest(settings=asr_pb2.AsrSettings())
-        yield asr_pb2.AsrRequest(pcm16=first + b"\0\0" * 4800)  # and a 0.3 s pause
-        yield asr_pb2.AsrRequest(words_so_far=True)
-        await asked.wait()
-        yield asr_pb2.AsrRequest(pcm16=rest)
-        yield asr_pb2.AsrRequest(end=True)
-
-    call = stub.StreamTranscribe(requests(), timeout=60)
-    event = await call.read()
-    assert event.HasField("so_far") and words(event.so_far.text) == ["good", "morning"], event
-    asked.set()
-    events = []
-    while (event := await call.read()) is not grpc.aio.EOF:
-        events.append(event)
-    final = words(events[-1].final.text)  # both parts (tiny.en may mishear a short word of the second)
-    assert final[:2] == ["good", "morning"] and {"what", "capital", "france"} <= set(final[2:]), final
 
 
 @pytest.mark.parametrize("request_, accepted", [

@@ -30,26 +30,15 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
         self.ends: list[bool] = []  # each end of speech received: whether it asked for a verdict
         self.playing: list[bool] = []  # each answer_playing change received, in order
         self.settings: list[vad_pb2.VadSettings] = []  # each stream's settings, in order
-        # >0: a pause is held (TURN_HELD, as the turn model does) until this much silence, then ends the turn
-        self.turn_hold_ms = 0
-        self.held_ends: list[bool] = []  # each end_if_held received: whether it ended a held utterance
 
     async def StreamAudio(self, request_iterator: AsyncIterator[vad_pb2.VadRequest], context) -> AsyncIterator:
         self.streams += 1
         if self.fail_with is not None:
             await context.abort(self.fail_with, f"fake failure {self.fail_with.name}")
         await context.send_initial_metadata(())  # accepted, as the real vad says at once
-        pos, start, last_loud, held = 0, None, 0, False
+        pos, start, last_loud = 0, None, 0
         first_ts = None
         async for req in request_iterator:
-            if req.end_of_speech and req.end_if_held:
-                self.held_ends.append(start is not None and held)
-                if start is not None and held:
-                    yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_ENDED, start_sample=start,
-                                           end_sample=last_loud, start_ts_ms=int(first_ts + start / 16),
-                                           end_ts_ms=int(first_ts + last_loud / 16))
-                    start, held = None, False
-                continue
             if req.HasField("settings"):
                 self.settings.append(req.settings)
             if req.HasField("answer_playing"):
@@ -75,15 +64,9 @@ class FakeVad(vad_pb2_grpc.VadServiceServicer):
                                            start_ts_ms=int(first_ts + start / 16))
             loud = np.flatnonzero(np.abs(pcm) > 1000)
             if len(loud):
-                last_loud, held = pos + int(loud[-1]), False  # speech resumed: the same utterance goes on
+                last_loud = pos + int(loud[-1])
             pos += len(pcm)
-            if start is not None and pos - last_loud > self.silence and pos - last_loud <= self.turn_hold_ms * 16:
-                if not held:
-                    held = True
-                    yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.TURN_HELD, start_sample=start,
-                                           start_ts_ms=int(first_ts + start / 16), turn_probability=0.1)
-            elif start is not None and pos - last_loud > self.silence:
-                held = False
+            if start is not None and pos - last_loud > self.silence:
                 yield vad_pb2.VadEvent(kind=vad_pb2.VadEvent.SPEECH_ENDED, start_sample=start, end_sample=last_loud,
                                        start_ts_ms=int(first_ts + start / 16), end_ts_ms=int(first_ts + last_loud / 16))
                 start = None
@@ -131,9 +114,6 @@ class FakeAsr(asr_pb2_grpc.AsrServiceServicer):
 
     words: str = "What is the capital of France?"
     delay_s: float = 0.0
-    so_far: str | None = None  # the words so far of an open utterance (None: `words`), after `so_far_delay_s`
-    so_far_delay_s: float = 0.0
-    asked_so_far: int = 0
     fail_with: grpc.StatusCode | None = None
     streamed: list[int] = field(default_factory=list)  # per finished stream: the utterance_samples it was told
     received: list[int] = field(default_factory=list)  # per finished stream: the samples it received
@@ -145,11 +125,6 @@ class FakeAsr(asr_pb2_grpc.AsrServiceServicer):
         samples = 0
         async for request in request_iterator:
             samples += len(request.pcm16) // 2
-            if request.words_so_far:
-                self.asked_so_far += 1
-                await asyncio.sleep(self.so_far_delay_s)
-                yield asr_pb2.AsrEvent(so_far=asr_pb2.Transcript(text=self.words if self.so_far is None
-                                                                 else self.so_far))
             if request.end:
                 await asyncio.sleep(self.delay_s)
                 self.streamed.append(request.utterance_samples)

@@ -113,23 +113,3 @@ async def test_an_answer_playing_gates_a_quiet_barge_in_and_counts_it(stub, turn
     kinds = [e.kind for e in await rest_of(call)]
     assert kinds == [Kind.SPEECH_STARTED, Kind.SPEECH_ENDED]
     assert metric("sotto_vad_barge_ins_suppressed_total") == suppressed + 1
-
-
-async def test_a_held_turn_ends_on_the_clients_word_only_while_it_is_held(stub, turn_clips):
-    """The gateway's early end (the words say a held utterance is complete): asked while the turn is not held,
-    nothing ends; asked while it is, it ends at once, at the speech's end."""
-    first = np.concatenate([silence(0.3), turn_clips["filler"], silence(0.1)])
-    call = stub.StreamAudio(timeout=30)
-    await call.write(vad_pb2.VadRequest(settings=vad_pb2.VadSettings(turn_silence_ms=300)))
-    await call.write(audio(first, 0))
-    await call.write(vad_pb2.VadRequest(end_of_speech=True, end_if_held=True))  # not held: the user may go on
-    await call.write(vad_pb2.VadRequest(end_of_speech=True, ask_verdict=True))
-    kinds, event = await answer(call)
-    assert kinds == [Kind.SPEECH_STARTED] and event is not grpc.aio.EOF
-    assert event.kind == Kind.TURN_HELD, f"the filler was judged {event}"
-    await call.write(vad_pb2.VadRequest(end_of_speech=True, end_if_held=True))
-    kinds, event = await answer(call)
-    assert kinds == [] and event is not grpc.aio.EOF and event.kind == Kind.SPEECH_ENDED
-    assert len(first) - 0.3 * 16000 < event.end_sample <= len(first)  # at the speech's end, not later
-    await call.done_writing()
-    assert await rest_of(call) == []

@@ -1,7 +1,6 @@
 """End of turn on human speech: the audio turn model alone against the audio model with the words
-(services.gateway.conversation.word_turn), the joining of an utterance resumed before its answer was heard
-(services.gateway.conversation.utterance_join) and a held turn ended early on complete words
-(services.gateway.conversation.early_end).
+(services.gateway.conversation.word_turn) and the joining of an utterance resumed before its answer was heard
+(services.gateway.conversation.utterance_join).
 
     python -m tools.eval.word_turns [--out bench/results/eval_word_turns.json] [--answer-latency-ms 1000]
 
@@ -18,21 +17,12 @@ A clip is **cut where the user would notice** when:
   audio model is not cut;
 - *with the words and the join*: as above, except where the speech resumes before the answer's first audio would
   have gone out (the end-of-turn decision plus `--answer-latency-ms`, which stands for the time to first audio: a
-  stated assumption, not a measurement, so this figure is labelled with it);
-- *with the early end* (and *the join*): as the words (and the join) rows, and where the vad holds a pause (HELD)
-  and Whisper's words so far are a complete sentence, the turn ends once those words are had. The asr service
-  starts a background run when the speaker pauses (services/asr/streaming.py: PAUSE_S of audio quieter than
-  QUIET_RATIO of the utterance), and answers the gateway's request from it: here that run is made on the audio up
-  to where it would start (at the latest the held decision, where the request itself would start one), assuming the
-  recogniser idle then, and its own time is measured; the turn ends at the later of the held decision (plus the
-  turn model's time) and that run's end. Speech that resumes before then is not cut (the vad ends only a turn it
-  still holds); speech that resumes after it is a cut, unless (join row) it resumes before the answer's first
-  audio; a trailing-off clip ended this way is a cut.
+  stated assumption, not a measurement, so this figure is labelled with it).
 
 **Endpoint** of a complete clip: from the end of its speech (the last 20 ms frame within 26 dB of its loudest) to
 the turn's start: the vad's decision (silence waited plus the turn model's own time, measured here), or the hold
-when the words wrongly say the clip is unfinished. The recogniser's own time is not in it (a text-only model waits
-for the words either way), except where the early end waits for the words to decide.
+when the words wrongly say the clip is unfinished. The recogniser's own time is not in it: a text-only model waits
+for the words either way.
 """
 
 from __future__ import annotations
@@ -46,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 from services.asr.loading import load_engine
-from services.asr.streaming import PAUSE_S, QUIET_RATIO
 from services.common import config
 from services.gateway.conversation.word_turn import WordVerdict, verdict
 from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
@@ -85,52 +74,8 @@ def vad_run(vad: SileroVad, turn_model: SmartTurn, settings: VadSettings, audio:
     return out
 
 
-def loud_frames(audio: np.ndarray) -> np.ndarray:
-    """The 20 ms frames within 26 dB of the clip's loudest (as `speech_end`), by index."""
-    frames = audio[: len(audio) // CHUNK * CHUNK].astype(np.float32).reshape(-1, CHUNK)
-    rms = np.sqrt((frames ** 2).mean(axis=1))
-    return np.flatnonzero(rms > rms.max() / 20)
-
-
-def pause_run_at(audio: np.ndarray, pause_from: int, held_at: int) -> int:
-    """Where the asr service's background run for the pause that began at `pause_from` starts: once PAUSE_S of
-    audio is quieter than QUIET_RATIO of the utterance's RMS so far (services/asr/streaming.py), at the latest at
-    the held decision (the gateway's request starts one there)."""
-    energy = np.concatenate([[0.0], np.cumsum(audio.astype(np.float64) ** 2)])
-    pause = int(PAUSE_S * RATE)
-    for t in range(max(pause, pause_from + pause), held_at, CHUNK):
-        if (energy[t] - energy[t - pause]) / pause < QUIET_RATIO ** 2 * energy[t] / t:
-            return t
-    return held_at
-
-
-def early_end(clip: Clip, events: list[dict], timed_words, answer_ms: float) -> dict | None:
-    """The first held pause whose words so far are a complete sentence, and what ending it there did: None when
-    none ends early (see the module docstring)."""
-    loud = loud_frames(clip.audio) * CHUNK
-    audio = np.concatenate([clip.audio, np.zeros(int(TAIL_S * RATE), dtype=np.int16)])
-    for held in (e for e in events if e["kind"] == "held"):
-        spoken = loud[loud < held["decided_at"]]
-        run_at = pause_run_at(audio, int(spoken[-1]) + CHUNK if len(spoken) else 0, held["decided_at"])
-        text, asr_ms = timed_words(audio[:run_at])
-        if verdict(text) is not WordVerdict.COMPLETE:
-            continue
-        ends_at = max(held["decided_at"] + round(held["model_ms"] * RATE / 1000),
-                      run_at + round(asr_ms * RATE / 1000))
-        resumed = loud[loud >= held["decided_at"]]
-        if len(resumed) and resumed[0] < ends_at:
-            continue  # the user went on before the words came: the vad no longer holds it
-        out = {"at_s": round(held["decided_at"] / RATE, 2), "words": text, "asr_ms": round(asr_ms, 1),
-               "run_before_held_ms": round((held["decided_at"] - run_at) * 1000 / RATE), "ends_at": ends_at,
-               "resumed": bool(len(resumed))}
-        if len(resumed):
-            out["joined"] = bool(resumed[0] <= ends_at + answer_ms * RATE / 1000)
-        return out
-    return None
-
-
-def judge(clip: Clip, events: list[dict], words_at, hold_ms: float, answer_ms: float, timed_words=None) -> dict:
-    """One clip's outcome under the five rules (see the module docstring)."""
+def judge(clip: Clip, events: list[dict], words_at, hold_ms: float, answer_ms: float) -> dict:
+    """One clip's outcome under the three rules (see the module docstring)."""
     end = speech_end(clip.audio)
     ends = [e for e in events if e["kind"] == "ended"]
     starts = [e for e in events if e["kind"] == "started"]
@@ -139,9 +84,6 @@ def judge(clip: Clip, events: list[dict], words_at, hold_ms: float, answer_ms: f
     result = {"id": clip.id, "label": clip.label, "seconds": round(clip.seconds, 2), "early_ends": [],
               "final_reason": final["reason"] if final else None}
     cut = {"audio": bool(early), "words": False, "words_join": False}
-    if final is not None:
-        result["final_silence_ms"] = round((final["decided_at"] - end) * 1000 / RATE, 1)
-        result["final_model_ms"] = round(final["model_ms"], 1)
     for e in early:
         resume = min(s["start"] for s in starts if s["start"] >= e["end"])
         pause_ms = (resume - e["end"]) * 1000 / RATE
@@ -165,55 +107,22 @@ def judge(clip: Clip, events: list[dict], words_at, hold_ms: float, answer_ms: f
         latency = (final["decided_at"] - end) * 1000 / RATE + final["model_ms"]
         result["endpoint_ms"] = {"audio": round(latency, 1),
                                  "words": round(max(latency, hold_ms) if words_hold else latency, 1)}
-    cut["early"], cut["early_join"] = cut["words"], cut["words_join"]
-    if timed_words is not None and (ended := early_end(clip, events, timed_words, answer_ms)) is not None:
-        result["early_end"] = ended
-        if ended["resumed"]:  # cut at a pause: the rest is a second utterance
-            cut["early"] = True
-            cut["early_join"] |= not ended["joined"]
-        elif clip.label == INCOMPLETE:
-            cut["early"] = cut["early_join"] = True  # a trailing-off clip answered as complete
-        elif "endpoint_ms" in result:
-            result["endpoint_ms"]["early"] = round(min(result["endpoint_ms"]["words"],
-                                                       (ended["ends_at"] - end) * 1000 / RATE), 1)
-    if "endpoint_ms" in result:
-        result["endpoint_ms"].setdefault("early", result["endpoint_ms"]["words"])
     result["cut"] = cut
     return result
 
 
-RULES = (("audio", "audio", "audio model alone"), ("words", "words", "audio model + words"),
-         ("words_join", "words", "audio model + words + join (answer latency {answer_ms:g} ms assumed)"),
-         ("early", "early", "audio model + words + early end"),
-         ("early_join", "early", "audio model + words + early end + join (answer latency {answer_ms:g} ms assumed)"))
-
-
 def summarise(results: list[dict], answer_ms: float) -> dict:
     summary: dict = {"clips": len(results), "incomplete_clips": sum(r["label"] == INCOMPLETE for r in results)}
-    for rule, endpoint, name in RULES:
+    for rule, name in (("audio", "audio model alone"), ("words", "audio model + words"),
+                       ("words_join", f"audio model + words + join (answer latency {answer_ms:g} ms assumed)")):
         cuts = [r["id"] for r in results if r["cut"][rule]]
-        summary[rule] = {"name": name.format(answer_ms=answer_ms), "cut": len(cuts),
-                         "cut_complete": sum(r["label"] != INCOMPLETE for r in results if r["cut"][rule]),
-                         "rate": round(len(cuts) / max(1, len(results)), 4), "cut_ids": cuts}
-        lat = [r["endpoint_ms"][endpoint] for r in results if "endpoint_ms" in r]
+        summary[rule] = {"name": name, "cut": len(cuts), "rate": round(len(cuts) / max(1, len(results)), 4),
+                         "cut_ids": cuts}
+        lat = [r["endpoint_ms"][rule if rule == "audio" else "words"] for r in results if "endpoint_ms" in r]
         if lat:
             summary[rule]["endpoint_ms_complete"] = {"p50": round(float(np.percentile(lat, 50)), 1),
                                                      "p95": round(float(np.percentile(lat, 95)), 1), "n": len(lat)}
     return summary
-
-
-def ends_breakdown(results: list[dict]) -> dict:
-    """Where the audio model's endpoint goes on complete clips: held to the fallback, or judged complete (the
-    silence waited past the speech's end, and the turn model's own time), with the early end's words time."""
-    out: dict = {}
-    for reason in sorted({r["final_reason"] for r in results if "endpoint_ms" in r}):
-        got = [r for r in results if "endpoint_ms" in r and r["final_reason"] == reason]
-        out[reason] = {"n": len(got), **{f"{key}_p50": round(float(np.median([r[key] for r in got])), 1)
-                                         for key in ("final_silence_ms", "final_model_ms")},
-                       "endpoint_p50": round(float(np.median([r["endpoint_ms"]["audio"] for r in got])), 1)}
-    early = [r["early_end"]["asr_ms"] for r in results if "early_end" in r]
-    out["early_end_words_ms_p50"] = round(float(np.median(early)), 1) if early else None
-    return out
 
 
 def main() -> None:
@@ -237,10 +146,6 @@ def main() -> None:
     def words_at(audio: np.ndarray) -> str:
         return engine.transcribe(audio.astype(np.float32) / 32768.0).text
 
-    def timed_words(audio: np.ndarray) -> tuple[str, float]:
-        began = time.perf_counter()
-        return words_at(audio), (time.perf_counter() - began) * 1000
-
     got = [c for i, c in enumerate(clips()) if c.label == INCOMPLETE or not c.id.startswith("asterisk/")
            or i % args.stride == 0]
     if args.limit:
@@ -249,21 +154,18 @@ def main() -> None:
     results = []
     for clip in got:
         events = vad_run(vad, turn_model, settings, np.concatenate([clip.audio, tail]))
-        results.append(judge(clip, events, words_at, vad_cfg.max_turn_silence_ms, args.answer_latency_ms,
-                             timed_words))
+        results.append(judge(clip, events, words_at, vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
     summary = summarise(results, args.answer_latency_ms)
-    summary["complete_clips_by_end"] = ends_breakdown(results)
     report = {"machine": platform.machine(), "stride": args.stride, "processor": platform.processor(),
               "vad_settings": settings.__dict__,
               "asr_model": str(engine.model_dir.name), "summary": summary, "results": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    for rule, _, _ in RULES:
+    for rule in ("audio", "words", "words_join"):
         s = summary[rule]
         lat = s.get("endpoint_ms_complete", {})
-        print(f"{s['name']}: cut {s['cut']}/{summary['clips']} ({s['rate']:.1%}, {s['cut_complete']} complete); "
-              f"endpoint on complete clips p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms")
-    print("complete clips by how the audio model ended them:", json.dumps(summary["complete_clips_by_end"]))
+        print(f"{s['name']}: cut {s['cut']}/{summary['clips']} ({s['rate']:.1%}); endpoint on complete clips "
+              f"p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms")
     print(f"saved {args.out}")
 
 

@@ -23,7 +23,7 @@ import grpc
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
-from services.gateway.conversation import barge_in, early_end, echo_cancel, events
+from services.gateway.conversation import barge_in, echo_cancel, events
 from services.gateway.conversation.events import SAMPLE_RATE_OUT
 from services.gateway.conversation.history import History
 from services.gateway.conversation.inputs import MediaFrame, Opening
@@ -97,10 +97,9 @@ class Session:
         self._limiter = RateLimiter(per_second=self.gw.max_messages_per_s)
         self._vad_failure_told = False  # until the vad service answers again
         self._on_utterance = on_utterance or self.begin_turn
-        # An utterance resumed before its answer was heard is one turn; words hold it, or end a turn the vad holds
+        # An utterance resumed before its answer was heard becomes one turn; unfinished words are held
         self.resumption = Resumption(begin=self._on_utterance, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
                                      word_turn_on=self.gw.word_turn, grace_s=self.settings.jitter_s)
-        self.early_end = early_end.EarlyEnd.of(cfg, self.hearing.words_so_far, self.end_of_speech)
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
@@ -153,10 +152,10 @@ class Session:
         if self.turn is not None and turn_id in ("", self.turn.inp.turn_id):
             self.turn.report_playback(played_samples)
 
-    def end_of_speech(self, ask_verdict: bool = False, if_held: bool = False) -> None:
-        """The client heard the end of speech (its own VAD, or a Realtime commit); `if_held`: the words did."""
+    def end_of_speech(self, ask_verdict: bool = False) -> None:
+        """The client heard the end of speech (its own VAD, or a Realtime commit)."""
         if self.vad is not None:
-            self.vad.end_of_speech(ask_verdict=ask_verdict, if_held=if_held)
+            self.vad.end_of_speech(ask_verdict=ask_verdict)
 
     def interrupt(self, turn_id: str, played_samples: int) -> None:
         """The client cut an answer after `played_samples`: a running turn stops (and records what was heard); a
@@ -230,7 +229,8 @@ class Session:
     def awaiting_first_audio(self) -> bool:
         """A turn is thinking (llm, first sentence's synthesis) and nobody is speaking: the CPU matters more than
         how soon new speech is noticed, since there is no answer playing to interrupt yet."""
-        return not self.in_utterance and self.turn is not None and self.responding and self.turn.samples_sent == 0
+        return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
+                and not self.turn_task.done() and self.turn.samples_sent == 0)
 
     def _speech_received_at(self, start: int) -> float:
         """When the gateway got new speech's first sample. A client with its own VAD sends only speech, so the
@@ -264,7 +264,6 @@ class Session:
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
             self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
-            self.early_end.held(self._text_only_model())
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
@@ -384,7 +383,7 @@ class Session:
         self.send(events.Health(service=service, status=status))
 
     async def close(self) -> None:
-        await asyncio.gather(self.resumption.close(), self.early_end.close())
+        await self.resumption.close()
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
         if self.turn_task is not None:

@@ -107,21 +107,13 @@ class Words:
 
 
 class _UtteranceStream:
-    """One StreamTranscribe call: audio in as it comes, the words so far when asked, the final words out.
-
-    The call's answers are read by one reader at a time (`_reading`), with `read()`: a reader cancelled mid-read
-    would cancel the whole call (grpc.aio does), so the words so far are read by a task of their own that callers
-    only await shielded, and the final words wait for it.
-    """
+    """One StreamTranscribe call: audio in as it comes, the final words out."""
 
     def __init__(self, stub: asr_pb2_grpc.AsrServiceStub, deadline_s: float,
                  metadata: tuple[tuple[str, str], ...]) -> None:
         self._queue: asyncio.Queue[asr_pb2.AsrRequest | None] = asyncio.Queue()
         self._call = stub.StreamTranscribe(self._requests(), timeout=deadline_s, metadata=metadata)
         self.samples = 0
-        self._reading = asyncio.Lock()
-        self._asked = self._answered = 0  # words_so_far requests sent, and their answers read
-        self._so_far: asyncio.Task[str] | None = None
 
     async def _requests(self) -> AsyncIterator[asr_pb2.AsrRequest]:
         yield asr_pb2.AsrRequest(settings=asr_pb2.AsrSettings(sample_rate=SAMPLE_RATE))
@@ -132,35 +124,13 @@ class _UtteranceStream:
         self.samples += len(pcm) // 2
         self._queue.put_nowait(asr_pb2.AsrRequest(pcm16=pcm))
 
-    def words_so_far(self) -> asyncio.Task[str]:
-        """The words of the audio sent until now, on their way (the stream stays open); await it shielded."""
-        self._asked += 1
-        self._queue.put_nowait(asr_pb2.AsrRequest(words_so_far=True))
-        self._so_far = asyncio.create_task(self._read_so_far(self._asked), name="asr::so_far")
-        # A caller that stopped waiting leaves the task to end with its answer or the call: its failure is not news.
-        self._so_far.add_done_callback(lambda task: task.cancelled() or task.exception())
-        return self._so_far
-
-    async def _read_so_far(self, wanted: int) -> str:
-        async with self._reading:
-            while self._answered < wanted:
-                event = await self._call.read()
-                if event is grpc.aio.EOF:
-                    raise NoWords("the asr stream ended before the words so far")
-                if event.HasField("so_far"):
-                    self._answered += 1
-                    if self._answered == wanted:
-                        return event.so_far.text
-        raise NoWords("the words so far were read by an earlier request")
-
     async def final(self, utterance_samples: int) -> asr_pb2.Transcript:
         self._queue.put_nowait(asr_pb2.AsrRequest(end=True, utterance_samples=utterance_samples))
         self._queue.put_nowait(None)
         try:
-            async with self._reading:  # after the words so far asked before the end
-                while (event := await self._call.read()) is not grpc.aio.EOF:
-                    if event.HasField("final"):
-                        return event.final
+            async for event in self._call:
+                if event.HasField("final"):
+                    return event.final
             raise NoWords("the asr stream ended without final words")
         finally:
             self._call.cancel()  # a no-op once done; frees the service's stream if we stopped early
@@ -168,8 +138,6 @@ class _UtteranceStream:
     def cancel(self) -> None:
         self._call.cancel()
         self._queue.put_nowait(None)
-        if self._so_far is not None:
-            self._so_far.cancel()
 
 
 class Hearing:
@@ -207,25 +175,6 @@ class Hearing:
             return None
         return Words(asyncio.create_task(stream.final(utterance_samples), name="asr::final"),
                      self._deadline_s(utterance_samples / SAMPLE_RATE + earlier_audio_s), on_cancel=stream.cancel)
-
-    async def words_so_far(self) -> str | None:
-        """The words of the open utterance up to now, for an end-of-turn decision (None: no utterance is streamed,
-        none could be had, or it ended meanwhile: the words are of an utterance no longer open). The stream stays
-        open, and the caller bounds the wait (its cancel leaves the stream alone)."""
-        stream = self._stream
-        if stream is None:
-            return None
-        task = stream.words_so_far()
-        try:
-            text = await asyncio.shield(task)
-        except (grpc.aio.AioRpcError, NoWords):
-            return None
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if task.cancelled() and not (current is not None and current.cancelling()):
-                return None  # the utterance was dropped meanwhile
-            raise
-        return text if self._stream is stream else None
 
     def drop(self) -> None:
         """The utterance was given up (too long, stalled, the vad failed): free the service's stream now."""

@@ -90,11 +90,10 @@ class VadLink:
         self._sent_windows = windows
         self._send_held()
 
-    def end_of_speech(self, ask_verdict: bool = False, if_held: bool = False) -> None:
+    def end_of_speech(self, ask_verdict: bool = False) -> None:
         """The client's VAD heard the end of speech: the vad closes an open segment at the last sample it has,
         instead of waiting for silence that will not come (the client stops sending). With `ask_verdict` (a client
-        that keeps streaming when held) the vad's turn model decides instead; with `if_held` (the words say a held
-        utterance is complete) it ends only while the vad still holds it, at its speech's end."""
+        that keeps streaming when held) the vad's turn model decides instead."""
         if not self.open:
             return
         assert self._queue is not None
@@ -102,7 +101,7 @@ class VadLink:
             self._sent_windows = self._samples // self._window
             self._send_held()
         self._queue.put_nowait((self._origin + self._samples,
-                                vad_pb2.VadRequest(end_of_speech=True, ask_verdict=ask_verdict, end_if_held=if_held)))
+                                vad_pb2.VadRequest(end_of_speech=True, ask_verdict=ask_verdict)))
 
     def _send_held(self) -> None:
         self._put(self._held_start, b"".join(self._held), self._held_ts)
