@@ -17,7 +17,8 @@ def test_a_phrase_that_stops_mid_sentence_is_held(text: str) -> None:
 
 @pytest.mark.parametrize("text", [
     "What is the capital of France?", "Hi there.", "Tell me a joke!", "What is it made of?",
-    "Who are you talking to?", "Thank you very much.", "Thank you.", "How are you?", "Can you help me?"])
+    "Who are you talking to?", "Thank you very much.", "Thank you.", "How are you?", "Can you help me?",
+    "Can you tell me what a rainbow is?", "Do you know where they are?"])
 def test_a_complete_sentence_ends_the_turn(text: str) -> None:
     assert verdict(text) is WordVerdict.COMPLETE
 

@@ -55,8 +55,8 @@ def verdict(text: str) -> WordVerdict:
     if stripped.endswith(_TRAILING_OFF):
         return WordVerdict.INCOMPLETE
     last = words[-1]
-    if stripped.endswith("?") and last in _PREPOSITIONS:
-        return WordVerdict.COMPLETE  # "what is it made of?"
+    if stripped.endswith("?") and (last in _PREPOSITIONS or last in _AUXILIARIES):
+        return WordVerdict.COMPLETE  # "what is it made of?", "can you tell me what a rainbow is?"
     if stripped.endswith((".", "!")) and (last in _PARTICLES or last in _AUXILIARIES):
         return WordVerdict.UNSURE  # "… logged in." and "… than he was." may end a sentence
     if last in NOT_FINAL:
