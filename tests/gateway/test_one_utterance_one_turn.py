@@ -42,16 +42,23 @@ async def test_speech_resumed_before_the_answer_was_heard_joins_one_turn(stack, 
     assert history[0].text == stack.asr.words and history[1].text == "Hello there. How are you?"
 
 
-@pytest.mark.parametrize("stack", [SLOW_LLM], indirect=True)
-async def test_a_client_that_stops_the_answer_itself_as_the_user_goes_on_gets_one_turn(stack, connect) -> None:
-    """The page's own VAD sends `interrupt` as it confirms the speech, just before that speech's audio."""
+async def stop_the_answer_and_go_on(connect, played_samples: int):
+    """A page-like client: it speaks, stops the answer as its own VAD hears more speech (`interrupt`, saying how
+    much of the answer it played), then sends that speech; returns once both turns are done, with the first's id."""
     client = await ready_client(connect, audio_input=True)
     await say(client, 1.0, ts0=5_000_000.0)
     first = await client.wait_for("turn.started")
-    await client.send(type="interrupt", turn_id=first["turn_id"], played_samples=0)
+    await client.send(type="interrupt", turn_id=first["turn_id"], played_samples=played_samples)
     await say(client, 0.8, ts0=5_002_000.0)
     await client.wait_for("turn.done", count=2)
-    assert [e["turn_id"] for e in client.events if e["type"] == "turn.resumed"] == [first["turn_id"]]
+    return client, first["turn_id"]
+
+
+@pytest.mark.parametrize("stack", [SLOW_LLM], indirect=True)
+async def test_a_client_that_stops_the_answer_itself_as_the_user_goes_on_gets_one_turn(stack, connect) -> None:
+    """The page's own VAD sends `interrupt` as it confirms the speech, just before that speech's audio."""
+    client, first = await stop_the_answer_and_go_on(connect, played_samples=0)
+    assert [e["turn_id"] for e in client.events if e["type"] == "turn.resumed"] == [first]
     assert audio.read_wav(stack.llm.requests[-1].user.audio_wav).duration_s >= 1.8
     await client.send(type="text", text="Thanks.")
     await client.wait_for("turn.done", count=3)
@@ -62,12 +69,7 @@ async def test_a_client_that_stops_the_answer_itself_as_the_user_goes_on_gets_on
 async def test_a_client_that_says_it_played_some_of_the_answer_gets_a_barge_in_not_a_join(stack, connect) -> None:
     """The page's report of what it played decides, not the gateway's clock: its speech arrives only once its own
     VAD confirms it, so the gateway cannot tell when it began (the join withdrew heard answers in the page)."""
-    client = await ready_client(connect, audio_input=True)
-    await say(client, 1.0, ts0=5_000_000.0)
-    first = await client.wait_for("turn.started")
-    await client.send(type="interrupt", turn_id=first["turn_id"], played_samples=4800)
-    await say(client, 0.8, ts0=5_002_000.0)
-    await client.wait_for("turn.done", count=2)
+    client, _ = await stop_the_answer_and_go_on(connect, played_samples=4800)
     await client.flush()
     assert "turn.resumed" not in client.types()
     assert audio.read_wav(stack.llm.requests[-1].user.audio_wav).duration_s < 1.4  # the second utterance alone
