@@ -53,6 +53,7 @@ _LOGGER = logging.getLogger(__name__)
 
 FRAME_S = 0.01  # AEC3's frame: exactly 10 ms
 TAIL_S = 1.0    # how long after the answer's last sample the room may still ring with it
+REALIGN_S = 0.15  # a reference early by more than this, by the client's playback report, is moved to it
 
 
 def _aec3() -> rtc.AudioProcessingModule:
@@ -66,6 +67,7 @@ class EchoSettings:
     lead_s: float        # the reference goes this much ahead of its estimated playback (SOTTO_GATEWAY_ECHO_LEAD_MS)
     gap_s: float         # a microphone pause longer than this restarts its clock (SOTTO_JITTER_BUFFER_MS)
     tail_s: float = TAIL_S
+    realign_s: float = REALIGN_S
 
     @classmethod
     def of(cls, gw: config.GatewayConfig) -> EchoSettings:
@@ -81,10 +83,10 @@ class _FarEnd:
     resampler: soxr.ResampleStream
     pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
     anchor: tuple[float, float] | None = None  # (monotonic time, answer sample then playing)
-    reported: bool = False      # the client reports its playback: chunk arrivals no longer move the anchor
     min_delay_s: float | None = None  # the least delay from sending to playing its reports implied
     delay_s: float = 0.0        # from a chunk's sending to its playing, as the client's reports showed so far
-    sent: tuple[float, float] | None = None  # (monotonic time, answer sample): as `anchor`, were there no delay
+    sent: list[tuple[float, float]] = field(default_factory=list)  # (monotonic time, answer sample) where each
+    # run of chunks began: as `anchor`, were there no delay
     end: int | None = None      # the answer was cut here: nothing after it plays
     turn: Turn | None = None    # the answer's turn: interrupted, its client stops playing; what its client reports
     polled: int = 0             # the most of it the client had reported played when last looked at
@@ -93,14 +95,18 @@ class _FarEnd:
         first = len(self.pcm)
         more = self.resampler.resample_chunk(np.frombuffer(pcm16, dtype="<i2"))
         self.pcm = np.concatenate([self.pcm, more.astype(np.int16)])
-        if self.sent is None or now > self.sent_time(first):
-            self.sent = (now, float(first))
-        if self.anchor is None or (not self.reported and now + self.delay_s > self.time_of(first)):
-            self.anchor = (now + self.delay_s, float(first))  # the player had run dry: this chunk starts on arrival
+        if not self.sent or now > self.sent_time(first):
+            self.sent.append((now, float(first)))
+        # The player had run dry: this chunk starts on arrival, whether or not the client reports its playback
+        # (a report made before the gap says nothing of how long the gap was).
+        if self.anchor is None or now + self.delay_s > self.time_of(first):
+            self.anchor = (now + self.delay_s, float(first))
 
     def sent_time(self, sample: float) -> float:
-        assert self.sent is not None
-        return self.sent[0] + (sample - self.sent[1]) / self.rate
+        """When `sample` would have played, were there no delay: from the start of the run of chunks it is in (a
+        run begins with a chunk that came after the ones before it had played out)."""
+        at, first = next((run for run in reversed(self.sent) if run[1] <= sample), self.sent[0])
+        return at + (sample - first) / self.rate
 
     def time_of(self, sample: float) -> float:
         assert self.anchor is not None
@@ -209,15 +215,21 @@ class EchoCanceller:
         far = self._far
         if far is not None and far.turn_id == turn_id and played_samples > 0:
             played = played_samples * far.rate / sample_rate
-            if far.sent is None:
-                far.anchor, far.reported = (now, played), True
+            if not far.sent:
+                far.anchor = (now, played)
                 return
             # A report comes late (the trip here, a player that finished before it reported): the earliest playing
             # it implies, against when that audio was sent, is this client's delay; the next answer starts so.
             delay = now - far.sent_time(played)
             far.min_delay_s = delay if far.min_delay_s is None else min(far.min_delay_s, delay)
-            far.anchor, far.reported = (far.sent_time(played) + far.min_delay_s, played), True
-            self._delay_s = max(0.0, far.min_delay_s)
+            far.delay_s = self._delay_s = max(0.0, far.min_delay_s)
+            # The reference moves only where the report shows it too far off: each move is a jump in AEC3's
+            # reference, which then re-learns the echo path while the echo goes through (a jump of the client's
+            # 50 ms delay, made at its first report, let most answers interrupt themselves: tools/eval/echo_wires.py).
+            # AEC3 finds echo that comes after its reference on its own, but none that comes before it.
+            off = far.sent_time(played) + far.min_delay_s - far.time_of(played)  # > 0: the reference is early
+            if off > self.settings.realign_s or off < -self.settings.lead_s / 2:
+                far.anchor = (far.sent_time(played) + far.min_delay_s, played)
 
     def _look_at_turn(self, far: _FarEnd, now: float) -> None:
         """What the answer's turn says by `now`: interrupted, the answer stops there (as `cut`); a client that
