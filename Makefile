@@ -9,7 +9,7 @@ KIT_PY := $(KIT_VENV)/bin/python
 export SOTTO_MODEL_DIR ?= $(HOME)/.cache/sotto/models
 EXTRAS := vad,llm,tts,tts-mlx,asr,gateway,deploy,test
 
-.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo eval-echo-room up down status logs test soak bench report \
+.PHONY: install system-deps web-assets turn-model models-offline prepare proto eval eval-candidates eval-turns eval-echo eval-echo-room eval-echo-wires up down status logs test soak bench report \
         bench-peers compose-up compose-down compose-ps compose-logs swarm-up swarm-scale swarm-ps swarm-down k8s-tools docker-engine docker-engine-stop clean
 
 $(VENV)/.installed: pyproject.toml
@@ -129,6 +129,9 @@ eval-echo: install system-deps web-assets models-offline
 
 eval-echo-room: install system-deps models-offline
 	$(PY) -m tools.eval.echo_room
+
+eval-echo-wires: install system-deps web-assets models-offline
+	$(PY) -m tools.eval.echo_wires
 
 report: install
 	$(PY) -m tools.report

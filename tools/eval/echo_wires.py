@@ -1,0 +1,403 @@
+"""Echo and cut-ins in a simulated room, through the gateway's sockets: does a client without its own VAD, whose
+microphone hears the answer from a loudspeaker, make the answer stop itself, and how soon does a person speaking
+over the answer stop it?
+
+    python -m tools.eval.echo_wires [--answers 20] [--cut-ins 20] [--level=-12] [--wires ws,ws-no-canceller,realtime]
+    (make eval-echo-wires)
+
+Unlike tools.eval.echo_room (the canceller and the vad replayed in one process), everything on the server side here
+is the real stack (tools.stack: vad, asr, llm on SmolLM2, tts on Piper's English voice, gateway), reached through its
+sockets in real time:
+- `ws`: `/ws` as a client without its own VAD that reports its playback, with `echo_cancel: "on"`;
+- `ws-no-canceller`: the same with `echo_cancel: "off"` (the control: what the canceller is for);
+- `realtime`: `/v1/realtime` as an OpenAI Realtime client (server VAD, `noise_reduction` left to the gateway's
+  default: the canceller on); it reports no playback, as such clients do not.
+The client plays each piece of the answer as it arrives (after its output latency, or when the piece before it ends)
+into the room of tools.eval.echo_room (pyroomacoustics: RT60 about 0.3 s, the loudspeaker half a metre and the person
+a metre from the microphone, background noise), and streams what its microphone hears in 20 ms frames, in real time.
+
+The stack runs a bench-only configuration (labelled): at most 30 tokens, greedy, no history (tools.eval.echo's
+STACK_ENV), so that every answer carries seconds of echo; the echo path does not depend on them.
+
+- self-interruptions: typed questions whose answers play with the echo alone. An answer the client stops is one:
+  on `/ws` a `turn.cut` or a `turn.done` that says interrupted; on Realtime `input_audio_buffer.speech_started` while
+  the answer plays (a Realtime client stops its playback on it);
+- cut-ins: a person (human speech, the Asterisk prompts) speaks over the answer 1 s into its playback: from their
+  first word to the client stopping playback, p50 / p95, and misses (the answer played on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import platform
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import soxr
+from scipy.signal import fftconvolve
+
+from services.gateway.wires.protocol import HEADER_BYTES, FrameKind, pack_frame
+from tools.eval import echo_room
+from tools.eval.echo import PROMPTS, stack_env
+from tools.stack import RealStack, start_stack, stop_stack
+
+RATE = 16000                # the room's and the /ws microphone's
+REALTIME_RATE = 24000       # what a Realtime client sends and receives
+ANSWER_RATE = 24000         # the tts service's
+FRAME = RATE // 50          # 20 ms
+OUTPUT_LATENCY_S = 0.04     # from a piece's arrival to the loudspeaker: the client's player and sound device
+PLAYBACK_REPORT_S = 0.25    # how often a /ws client reports its playback (as the page does)
+CUT_IN_AFTER_S = 1.0        # into the answer's playback
+MISS_S = 2.0                # an answer that plays on this long after the person began was not stopped by them
+WIRES = ("ws", "ws-no-canceller", "realtime")
+
+
+@dataclass(frozen=True)
+class Acoustics:
+    """The room's paths to the microphone (impulse responses at RATE), the gain that puts the answers' echo at its
+    level, and the room's noise."""
+
+    speaker_rir: np.ndarray
+    person_rir: np.ndarray
+    echo_gain: float
+    noise_dbfs: float
+
+    @classmethod
+    def of(cls, room: echo_room.Room, echo_dbfs: float) -> Acoustics:
+        """Piper's answers, played through the room, at `echo_dbfs` (active level) at the microphone."""
+        speaker = room.impulse(room.speaker)
+        reference = soxr.resample(echo_room.synthesise(echo_room.ANSWERS[:1])[0].astype(np.float64), ANSWER_RATE,
+                                  RATE)
+        gain = 10 ** ((echo_dbfs - echo_room.active_dbfs(np.convolve(reference, speaker))) / 20)
+        return cls(speaker, room.impulse(room.person), float(gain), room.noise_dbfs)
+
+
+class RoomPlayer:
+    """The client's loudspeaker and microphone in one room: what the loudspeaker plays, on the microphone's clock
+    (`timeline`, one sample per microphone sample), and what the microphone hears: that through the room, the
+    person through the room, and noise."""
+
+    def __init__(self, acoustics: Acoustics, seed: int) -> None:
+        self.speaker_rir, self.person_rir = acoustics.speaker_rir, acoustics.person_rir
+        self.echo_gain = acoustics.echo_gain
+        self.noise = 32768 * 10 ** (acoustics.noise_dbfs / 20)
+        self.rng = np.random.default_rng(seed)
+        self.t0 = time.monotonic()
+        self.timeline = np.zeros(RATE * 120, np.float32)
+        self.pieces: list[tuple[int, int]] = []   # (first sample on the timeline, length) of the current answer
+        self.play_end = 0
+        self.stopped_at: float | None = None
+        self.resampler = soxr.ResampleStream(ANSWER_RATE, RATE, 1, dtype="float32")
+        self.person = np.zeros(0, np.float32)
+        self.person_from = 0
+
+    def index(self, at: float) -> int:
+        return max(0, round((at - self.t0) * RATE))
+
+    def time_of(self, index: int) -> float:
+        return self.t0 + index / RATE
+
+    def play(self, pcm16: bytes, at: float) -> None:
+        """A piece of the answer arrived at `at` (monotonic): it plays once the one before it has ended."""
+        if self.stopped_at is not None:
+            return  # the client stopped this answer: its late audio is dropped
+        x = self.resampler.resample_chunk(np.frombuffer(pcm16, dtype="<i2").astype(np.float32))
+        first = max(self.index(at + OUTPUT_LATENCY_S), self.play_end)
+        x = x[: max(0, len(self.timeline) - first)]
+        self.timeline[first: first + len(x)] = x
+        self.pieces.append((first, len(x)))
+        self.play_end = first + len(x)
+
+    def stop(self, at: float) -> None:
+        """The client stops playback at `at`: nothing more of this answer reaches the loudspeaker."""
+        if self.stopped_at is None:
+            cut = self.index(at)
+            self.timeline[cut: max(cut, self.play_end)] = 0
+            self.play_end = min(self.play_end, cut)
+            self.stopped_at = at
+
+    def played(self, at: float) -> int:
+        """Samples of the answer played by `at`, at the answer's rate (what a /ws client reports)."""
+        now = self.index(at)
+        return round(sum(min(max(now - first, 0), n) for first, n in self.pieces) * ANSWER_RATE / RATE)
+
+    def playing(self, at: float) -> bool:
+        return self.index(at) < self.play_end
+
+    @property
+    def first_played_at(self) -> float | None:
+        return self.time_of(self.pieces[0][0]) if self.pieces else None
+
+    @property
+    def ends_at(self) -> float:
+        return self.time_of(self.play_end)
+
+    def speak(self, person: np.ndarray, at: float, dbfs: float) -> None:
+        """The person (16 kHz) starts speaking at `at`, heard at `dbfs` (active level) through the room."""
+        self.person = echo_room.at_level(np.convolve(person.astype(np.float64), self.person_rir), dbfs)
+        self.person_from = self.index(at)
+
+    def microphone(self, k: int) -> bytes:
+        """The microphone's k-th 20 ms frame."""
+        first, taps = k * FRAME, len(self.speaker_rir)
+        lo = first - taps + 1
+        segment = self.timeline[max(lo, 0): first + FRAME]
+        if lo < 0:
+            segment = np.concatenate([np.zeros(-lo, np.float32), segment])
+        out = fftconvolve(segment, self.speaker_rir)[taps - 1: taps - 1 + FRAME] * self.echo_gain
+        at = first - self.person_from
+        if len(self.person) and at + FRAME > 0 and at < len(self.person):
+            lo, hi = max(at, 0), min(at + FRAME, len(self.person))
+            out[lo - at: hi - at] += self.person[lo:hi]
+        out += self.rng.standard_normal(FRAME) * self.noise
+        return np.clip(np.rint(out), -32768, 32767).astype("<i2").tobytes()
+
+
+@dataclass
+class Run:
+    """One answer as the client lived it (monotonic times)."""
+
+    first_audio_at: float | None = None
+    done_at: float | None = None
+    stopped_at: float | None = None
+    stop_event: str = ""
+    events: list[tuple[float, str]] = field(default_factory=list)
+
+
+class Wire:
+    """A client of one of the gateway's sockets: opens the session, asks, streams the microphone, and tells the
+    player what arrived and when to stop."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, player: RoomPlayer, run: Run) -> None:
+        self.ws, self.player, self.run = ws, player, run
+        self.seq = 0
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def ask(self, text: str) -> None:
+        raise NotImplementedError
+
+    async def send_microphone(self, pcm16: bytes) -> None:
+        raise NotImplementedError
+
+    def on_message(self, message: dict, at: float) -> None:
+        raise NotImplementedError
+
+    async def read(self) -> None:
+        async for msg in self.ws:
+            at = time.monotonic()
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                self.on_binary(msg.data, at)
+            elif msg.type == aiohttp.WSMsgType.TEXT:
+                message = json.loads(msg.data)
+                self.run.events.append((at, message.get("type", "")))
+                self.on_message(message, at)
+
+    def on_binary(self, data: bytes, at: float) -> None:
+        pass
+
+    def audio(self, pcm16: bytes, at: float) -> None:
+        if self.run.first_audio_at is None:
+            self.run.first_audio_at = at
+        self.player.play(pcm16, at)
+
+    def stop(self, event: str, at: float) -> None:
+        if self.run.stopped_at is None and self.run.first_audio_at is not None:
+            self.run.stopped_at, self.run.stop_event = at, event
+            self.player.stop(at)
+
+
+class WsWire(Wire):
+    """`/ws` (docs/protocol.md) without a VAD of its own, reporting its playback as the page does."""
+
+    def __init__(self, ws, player, run, echo_cancel: str) -> None:
+        super().__init__(ws, player, run)
+        self.echo_cancel = echo_cancel
+        self.turn_id = ""
+        self.reported_at = 0.0
+
+    async def open(self) -> None:
+        await self.ws.send_json({"type": "session.start", "protocol": 1, "sample_rate": RATE,
+                                 "echo_cancel": self.echo_cancel})
+
+    async def ask(self, text: str) -> None:
+        await self.ws.send_json({"type": "text", "text": text})
+
+    async def send_microphone(self, pcm16: bytes) -> None:
+        await self.ws.send_bytes(pack_frame(FrameKind.AUDIO_IN, self.seq, self.seq * 20.0, pcm16))
+        self.seq += 1
+        now = time.monotonic()
+        if self.turn_id and self.run.stopped_at is None and now - self.reported_at >= PLAYBACK_REPORT_S:
+            self.reported_at = now
+            await self.ws.send_json({"type": "playback", "turn_id": self.turn_id,
+                                     "played_samples": self.player.played(now)})
+
+    def on_binary(self, data: bytes, at: float) -> None:
+        if data[0] == FrameKind.AUDIO_OUT:
+            self.audio(data[HEADER_BYTES:], at)
+
+    def on_message(self, message: dict, at: float) -> None:
+        kind = message.get("type")
+        if kind == "audio.start":
+            self.turn_id = message["turn_id"]
+        elif kind in ("turn.cut", "turn.resumed") and message.get("turn_id") == self.turn_id:
+            self.stop(kind, at)
+        elif kind == "turn.done" and message.get("turn_id") == self.turn_id:
+            self.run.done_at = at
+            if message.get("interrupted"):
+                self.stop("turn.done interrupted", at)
+
+
+class RealtimeWire(Wire):
+    """`/v1/realtime` as an OpenAI Realtime client: PCM16 at 24 kHz both ways, server VAD, and playback stopped on
+    `input_audio_buffer.speech_started` while the answer plays."""
+
+    def __init__(self, ws, player, run) -> None:
+        super().__init__(ws, player, run)
+        self.resampler = soxr.ResampleStream(RATE, REALTIME_RATE, 1, dtype="int16")
+
+    async def open(self) -> None:
+        pass  # the session as the gateway opens it: server VAD, the canceller on (noise_reduction's default)
+
+    async def ask(self, text: str) -> None:
+        await self.ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}})
+        await self.ws.send_json({"type": "response.create"})
+
+    async def send_microphone(self, pcm16: bytes) -> None:
+        pcm = self.resampler.resample_chunk(np.frombuffer(pcm16, dtype="<i2"))
+        await self.ws.send_json({"type": "input_audio_buffer.append",
+                                 "audio": base64.b64encode(pcm.astype("<i2").tobytes()).decode()})
+
+    def on_message(self, message: dict, at: float) -> None:
+        kind = message.get("type")
+        if kind == "response.output_audio.delta":
+            self.audio(base64.b64decode(message["delta"]), at)
+        elif kind == "input_audio_buffer.speech_started" and self.player.playing(at):
+            self.stop(kind, at)
+        elif kind == "response.done":
+            self.run.done_at = at
+
+
+async def converse(stack: RealStack, wire_name: str, question: str, player: RoomPlayer,
+                   person: np.ndarray | None = None, person_dbfs: float = -26.0) -> tuple[Run, float | None]:
+    """One session, one typed question whose answer plays into the room (and, with `person`, someone speaking over
+    it): the run, and when the person's first word was heard (monotonic)."""
+    run = Run()
+    url = stack.ws_url if wire_name.startswith("ws") else stack.http_url.replace("http", "ws", 1) + "/v1/realtime"
+    spoke_at = None
+    async with aiohttp.ClientSession() as http, http.ws_connect(url, max_msg_size=0) as ws:
+        wire: Wire = (WsWire(ws, player, run, "off" if wire_name == "ws-no-canceller" else "on")
+                      if wire_name.startswith("ws") else RealtimeWire(ws, player, run))
+        await wire.open()
+        reader = asyncio.create_task(wire.read())
+        stop = asyncio.Event()
+
+        async def stream() -> None:
+            k = 0
+            while not stop.is_set():
+                await asyncio.sleep(max(0.0, player.time_of((k + 1) * FRAME) - time.monotonic()))
+                await wire.send_microphone(player.microphone(k))
+                k += 1
+
+        player.t0 = time.monotonic()  # the microphone's clock starts with its first frame
+        mic = asyncio.create_task(stream())
+        try:
+            await asyncio.sleep(0.5)
+            await wire.ask(question)
+            await until(lambda: player.first_played_at is not None, 90)
+            if person is not None:
+                at = player.first_played_at + CUT_IN_AFTER_S
+                player.speak(person, at, person_dbfs)
+                spoke_at = at + echo_room.onset_s(person)
+            await until(lambda: run.done_at is not None, 90)
+            await until(lambda: time.monotonic() > player.ends_at + 1.0 and (
+                spoke_at is None or time.monotonic() > spoke_at + MISS_S), 120)
+        finally:
+            stop.set()
+            await asyncio.gather(mic, return_exceptions=True)
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+    return run, spoke_at
+
+
+async def until(condition, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:.0f} s")
+        await asyncio.sleep(0.02)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q))) if values else None
+
+
+async def evaluate(stack: RealStack, wires: list[str], answers: int, people: list[np.ndarray], level: float,
+                   person_dbfs: float) -> dict:
+    acoustics = Acoustics.of(echo_room.Room(), person_dbfs + level)
+    report: dict = {}
+    for wire in wires:
+        alone = []
+        for i in range(answers):
+            run, _ = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i))
+            if run.stopped_at is not None:
+                alone.append(f"answer {i}: {run.stop_event} {run.stopped_at - run.first_audio_at:.2f} s into it")
+        stops, first, missed = [], 0, 0
+        for i, person in enumerate(people):
+            run, spoke_at = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i),
+                                           person, person_dbfs)
+            if run.stopped_at is not None and run.stopped_at < spoke_at:
+                first += 1  # the echo stopped the answer before the person spoke
+            elif run.stopped_at is not None and run.stopped_at - spoke_at <= MISS_S:
+                stops.append(round((run.stopped_at - spoke_at) * 1000))
+            else:
+                missed += 1
+        report[wire] = {"answers": answers, "self_interruptions": len(alone),
+                        "self_interrupted": alone, "cut_ins": len(people),
+                        "stopped": len(stops), "missed": missed, "stopped_itself_first": first,
+                        "stop_p50_ms": percentile(stops, 50), "stop_p95_ms": percentile(stops, 95),
+                        "stops_ms": stops}
+        print(f"  {wire}: {report[wire]}", flush=True)
+    return report
+
+
+def main() -> None:
+    from tools.eval.human_speech import COMPLETE, asterisk_clips
+    parser = argparse.ArgumentParser(description="Echo and cut-ins in a simulated room, through the sockets.")
+    parser.add_argument("--answers", type=int, default=20, help="answers with the echo alone, per wire")
+    parser.add_argument("--cut-ins", type=int, default=20, help="people speaking over an answer, per wire")
+    parser.add_argument("--level", type=float, default=-12.0, help="echo level in dB relative to the person")
+    parser.add_argument("--person-dbfs", type=float, default=-26.0, help="the person's speech level at the mic")
+    parser.add_argument("--wires", type=lambda t: t.split(","), default=list(WIRES), help=",".join(WIRES))
+    parser.add_argument("--out", type=Path, default=Path("bench/results/eval_echo_wires.json"))
+    args = parser.parse_args()
+    if args.answers < 0 or args.cut_ins < 0 or not set(args.wires) <= set(WIRES):
+        parser.error(f"--answers and --cut-ins must be at least 0; --wires is a comma list of {', '.join(WIRES)}")
+    people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    with tempfile.TemporaryDirectory(prefix="sotto-echo-wires-") as tmp:
+        stack = start_stack(Path(tmp), **stack_env())
+        try:
+            started = time.strftime("%Y-%m-%dT%H:%M:%S")
+            results = asyncio.run(evaluate(stack, args.wires, args.answers, people, args.level, args.person_dbfs))
+        finally:
+            stop_stack(stack)
+    report = {"machine": platform.machine(), "started": started, "room": echo_room.Room().__dict__,
+              "echo_db": args.level, "person_dbfs": args.person_dbfs, "output_latency_s": OUTPUT_LATENCY_S,
+              "configuration": "bench-only: SmolLM2, at most 30 tokens, greedy, no history (tools.eval.echo)",
+              "people": f"{len(people)} Asterisk prompts (human speech)", "wires": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(f"saved {args.out}")
+
+
+if __name__ == "__main__":
+    main()
