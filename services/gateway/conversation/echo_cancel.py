@@ -84,7 +84,7 @@ class _FarEnd:
     pcm: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int16))
     anchor: tuple[float, float] | None = None  # (monotonic time, answer sample then playing)
     min_delay_s: float | None = None  # the least delay from sending to playing its reports implied
-    delay_s: float = 0.0        # from a chunk's sending to its playing, as the client's reports showed so far
+    delay_s: float = 0.0        # from a chunk's sending to its playing, as `anchor` has it
     sent: list[tuple[float, float]] = field(default_factory=list)  # (monotonic time, answer sample) where each
     # run of chunks began: as `anchor`, were there no delay
     end: int | None = None      # the answer was cut here: nothing after it plays
@@ -139,8 +139,11 @@ class EchoTap:
         self.echo = EchoCanceller(EchoSettings.of(gw), turn, opening)
 
     async def send(self, item: Any) -> None:
+        # The time before the send: on a busy event loop the await can return long after the client had the audio,
+        # and a reference placed that late is behind the echo (which AEC3 cannot cancel).
+        now = time.monotonic()
         await self.output.send(item)
-        self.echo.on_sent(item)
+        self.echo.on_sent(item, now)
 
     async def close(self, *, code: int = 1000, message: bytes = b"") -> None:
         await self.output.close(code=code, message=message)
@@ -220,16 +223,21 @@ class EchoCanceller:
                 return
             # A report comes late (the trip here, a player that finished before it reported): the earliest playing
             # it implies, against when that audio was sent, is this client's delay; the next answer starts so.
-            delay = now - far.sent_time(played)
+            delay = max(0.0, now - far.sent_time(played))  # nothing plays before it is sent
             far.min_delay_s = delay if far.min_delay_s is None else min(far.min_delay_s, delay)
-            far.delay_s = self._delay_s = max(0.0, far.min_delay_s)
+            self._delay_s = far.min_delay_s
             # The reference moves only where the report shows it too far off: each move is a jump in AEC3's
             # reference, which then re-learns the echo path while the echo goes through (a jump of the client's
             # 50 ms delay, made at its first report, let most answers interrupt themselves: tools/eval/echo_wires.py).
             # AEC3 finds echo that comes after its reference on its own, but none that comes before it.
+            # A report of a sample before the anchor's is about a run of chunks that has played out (the player ran
+            # dry since): it says nothing of when the run now playing began.
             off = far.sent_time(played) + far.min_delay_s - far.time_of(played)  # > 0: the reference is early
-            if off > self.settings.realign_s or off < -self.settings.lead_s / 2:
-                far.anchor = (far.sent_time(played) + far.min_delay_s, played)
+            if played >= far.anchor[1] and (off > self.settings.realign_s or off < -self.settings.lead_s / 2):
+                # the delay goes with the anchor: a restart after the player runs dry is placed as this one
+                far.anchor, far.delay_s = (far.sent_time(played) + far.min_delay_s, played), far.min_delay_s
+                _LOGGER.info("echo_realigned", extra={"turn_id": turn_id, "moved_ms": round(off * 1000),
+                                                      "delay_ms": round(far.delay_s * 1000)})
 
     def _look_at_turn(self, far: _FarEnd, now: float) -> None:
         """What the answer's turn says by `now`: interrupted, the answer stops there (as `cut`); a client that
