@@ -265,10 +265,10 @@ class GatewayConfig:
         "not a turn (conversation/backchannel.py). false: any speech cuts the answer at once.")
     backchannel_words: str = setting(
         "SOTTO_GATEWAY_BACKCHANNEL_WORDS",
-        "uh-huh,mm-hmm,mhm,mhmm,hmm,hm,mm,yeah,yes,yep,yup,right,okay,ok,sure,uh,um,oh,ah,i see,got it,"
-        "all right,alright,cool,nice,wow",
+        "uh-huh,mm-hmm,mhm,mhmm,hmm,hm,mm,huh,yeah,yes,yep,yup,right,okay,ok,sure,uh,um,oh,ah,i see,got it,"
+        "all right,alright,really,great,good,exactly,true,cool,nice,wow,thanks,thank you",
         "Words and phrases (comma-separated, any case; Whisper's spellings like 'Uh-huh.' match) that do not cut an "
-        "answer.")
+        "answer: listeners' acknowledgements, and 'thank you', the words Whisper most often gives a short noise.")
     backchannel_max_ms: int = setting(
         "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 600,
         "Speech over an answer that lasts longer than this (from its start) cuts it whatever its words: longer "

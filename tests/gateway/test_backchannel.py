@@ -15,7 +15,8 @@ SHORT = 0.4  # seconds of speech: within the default limit
 
 
 @pytest.mark.parametrize("said", ["Uh-huh.", "Mm-hmm.", "Mhm.", "Yeah.", "Yeah, yeah.", "Oh, okay.", "Right.",
-                                  "OK!", "Hmmm.", "I see.", "Got it.", "All right.", "uh huh", "Mm hmm", "Sure"])
+                                  "OK!", "Hmmm.", "I see.", "Got it.", "All right.", "uh huh", "Mm hmm", "Sure",
+                                  "Really?", "Great.", "Thank you."])
 def test_a_short_backchannel_in_whispers_spellings_resumes_the_answer(said: str) -> None:
     assert RULE.on_end(said, SHORT) is Verdict.RESUMED
 
@@ -26,7 +27,7 @@ def test_a_short_sound_with_no_words_resumes_the_answer(said: str) -> None:
 
 
 @pytest.mark.parametrize("said", ["Stop.", "Wait.", "No.", "Yeah, but what about Paris?", "Okay, stop.", "I",
-                                  "Thank you."])
+                                  "Bye.", "Thank you, but no."])
 def test_a_short_utterance_with_other_words_cuts_the_answer(said: str) -> None:
     assert RULE.on_end(said, SHORT) is Verdict.CUT
 
