@@ -52,7 +52,7 @@ class Outcome:
 
 
 def judge(mic: np.ndarray, answer: np.ndarray, spoke_s: float, *, timing: Timing, vad: SileroVad, rule: Rule,
-          recognise) -> Outcome:
+          recognise, preroll_s: float) -> Outcome:
     """The session's view of one sound over an answer, by the gateway's rule: when it ducks, and whether (and when)
     it cuts."""
     pieces: list = []
@@ -76,7 +76,7 @@ def judge(mic: np.ndarray, answer: np.ndarray, spoke_s: float, *, timing: Timing
     if cut_at is None:
         last = end[0] if end is not None else len(clean)
         t0 = time.perf_counter()
-        words = recognise(clean[max(0, start - int(0.3 * RATE)):last])  # with the session's pre-roll
+        words = recognise(clean[max(0, start - int(preroll_s * RATE)):last])  # with the session's pre-roll
         took = time.perf_counter() - t0
         verdict = rule.on_end(words, extent.seconds)
         if verdict is Verdict.CUT:
@@ -90,14 +90,14 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def run(kind: str, sounds: list[np.ndarray], answers: list[np.ndarray], *, room: Room, timing: Timing,
-        vad: SileroVad, rule: Rule, recognise, echo_db: float, person_dbfs: float) -> dict:
+        vad: SileroVad, rule: Rule, recognise, echo_db: float, person_dbfs: float, preroll_s: float) -> dict:
     outcomes = []
     for i, sound in enumerate(sounds):
         answer = answers[i % len(answers)]
         at = timing.first_chunk_s + timing.client_delay_s + SPEAK_AFTER_S
         mic = microphone(answer, room, timing, person_dbfs + echo_db, sound, at, person_dbfs, seed=100 + i)
         outcomes.append(judge(mic, answer, at + onset_s(sound), timing=timing, vad=vad, rule=rule,
-                              recognise=recognise))
+                              recognise=recognise, preroll_s=preroll_s))
     ducked = [o.ducked_s for o in outcomes if o.ducked_s is not None]
     cuts = [o.cut_s for o in outcomes if o.cut_s is not None]
     row = {"sounds": len(sounds), "heard": sum(o.heard for o in outcomes), "stopped": len(cuts),
@@ -123,6 +123,8 @@ def main() -> None:
     parser.add_argument("--knocks", type=int, default=10)
     parser.add_argument("--echo-db", type=float, default=-12.0, help="the answer's echo, dB relative to the person")
     parser.add_argument("--person-dbfs", type=float, default=-26.0)
+    parser.add_argument("--preroll-ms", type=int, default=None,
+                        help="audio before the vad's start given to the recogniser (default: SOTTO_PREROLL_MS)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/eval_echo_room_backchannel.json"))
     args = parser.parse_args()
     gw = config.load(config.GatewayConfig)
@@ -144,11 +146,12 @@ def main() -> None:
     # a knock reaches the microphone at the person's speech level (microphone() levels every sound the same)
     knocks = [knock(2 + i % 2, 0.15 + 0.03 * (i % 3), seed=i).audio for i in range(args.knocks)]
     people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    preroll_ms = gw.preroll_ms if args.preroll_ms is None else args.preroll_ms
     common = dict(room=room, timing=timing, vad=vad, rule=rule, recognise=recognise, echo_db=args.echo_db,
-                  person_dbfs=args.person_dbfs)
+                  person_dbfs=args.person_dbfs, preroll_s=preroll_ms / 1000)
     report = {"machine": platform.machine(), "processor": platform.processor(), "room": room.__dict__,
               "timing": timing.__dict__, "echo_db": args.echo_db, "canceller": "on", "vad": vad_settings().__dict__,
-              "backchannel_max_ms": gw.backchannel_max_ms, "duck_db": gw.duck_db,
+              "backchannel_max_ms": gw.backchannel_max_ms, "duck_db": gw.duck_db, "preroll_ms": preroll_ms,
               "backchannels_used": [s.name for s in human],
               "backchannels": run("backchannels", said, answers, **common),
               "knocks": run("knocks", knocks, answers, **common),
