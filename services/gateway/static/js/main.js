@@ -96,10 +96,11 @@ function onMisfire() {
   ui.showHearing(false);
 }
 
-// A reply still being generated is dropped (this sends before the utterance's first audio frame); one being heard is
-// only ducked where the server decides (ducking.js).
+// A reply not yet heard is dropped (this sends before the utterance's first audio frame); once any of it was heard
+// (playing, or played out while its turn runs) the server decides (ducking.js), and the page only ducks.
 function ducksOnSpeech() {
-  return ducker.enabled && page.speakingTurn !== null;
+  const turnId = page.speakingTurn ?? page.generatingTurn;
+  return ducker.enabled && turnId !== null && (player.received[turnId] ?? 0) > 0;
 }
 
 function onSpeechConfirmed() {
