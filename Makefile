@@ -129,6 +129,7 @@ eval-echo: install system-deps web-assets models-offline
 
 eval-echo-room: install system-deps models-offline
 	$(PY) -m tools.eval.echo_room
+	$(PY) -m tools.eval.echo_room_backchannel
 
 eval-echo-wires: install system-deps web-assets models-offline
 	$(PY) -m tools.eval.echo_wires

@@ -257,6 +257,25 @@ class GatewayConfig:
         "The echo canceller's reference goes this far ahead of the answer's estimated playback: the canceller "
         "finds echo that comes later than its reference (up to a few hundred ms), never echo that comes first.",
         lo=0, hi=300)
+    backchannel: bool = setting(
+        "SOTTO_GATEWAY_BACKCHANNEL", True,
+        "While an answer is heard, speech ducks it (SOTTO_GATEWAY_DUCK_DB) instead of cutting it: it is cut once the "
+        "words so far hold one that is not a backchannel, or the speech outlasts SOTTO_GATEWAY_BACKCHANNEL_MAX_MS; "
+        "an utterance that ends sooner with only backchannel words, or none (a cough, a knock), un-ducks it and is "
+        "not a turn (conversation/backchannel.py). false: any speech cuts the answer at once.")
+    backchannel_words: str = setting(
+        "SOTTO_GATEWAY_BACKCHANNEL_WORDS",
+        "uh-huh,mm-hmm,mhm,mhmm,hmm,hm,mm,huh,yeah,yes,yep,yup,right,okay,ok,sure,uh,um,oh,ah,i see,got it,"
+        "all right,alright,really,great,good,exactly,true,cool,nice,wow,thanks,thank you",
+        "Words and phrases (comma-separated, any case; Whisper's spellings like 'Uh-huh.' match) that do not cut an "
+        "answer: listeners' acknowledgements, and 'thank you', the words Whisper most often gives a short noise.")
+    backchannel_max_ms: int = setting(
+        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 600,
+        "Speech over an answer that lasts longer than this (from its start) cuts it whatever its words: longer "
+        "than a backchannel lasts (see docs/performance.md).", lo=100, hi=10000)
+    duck_db: float = setting("SOTTO_GATEWAY_DUCK_DB", -15.0,
+                             "Gain of a ducked answer, on the audio the gateway still sends and in the page's player.",
+                             lo=-60, hi=0)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

@@ -36,6 +36,11 @@ DROP_SOCKET = "/test-drop-socket"  # a typed text that makes the fake close the 
 LONG_ANSWER = "/test-long-answer"
 LONG_ANSWER_SECONDS = 5.0
 STALLED_ANSWER = "/test-stalled-answer"
+# Typed texts answered like LONG_ANSWER, over which the server hears speech DUCK_AFTER_S into the answer (turn.duck):
+# DUCKED_ANSWER's was a backchannel (turn.unduck DUCK_HELD_S later); DUCKED_CUT's was not (turn.done interrupted).
+DUCKED_ANSWER = "/test-ducked-answer"
+DUCKED_CUT = "/test-ducked-cut"
+DUCK_AFTER_S, DUCK_HELD_S = 1.0, 1.0
 STALL_AFTER_CHUNKS = 6  # 0.5 s of audio, sent at twice real time
 STALL_S = 1.0  # the player has about 0.25 s of that audio left when the stall begins
 SCRIPTED_FAILURES = {  # typed texts answered by a failure instead of a turn
@@ -76,6 +81,7 @@ class Script:
     """Reply length (seconds of audio) of the n-th turn; the last value repeats."""
 
     reply_seconds: list[float] = field(default_factory=lambda: [6.0])
+    backchannel: bool = False  # session.ready says the server ducks speech over an answer (turn.duck)
 
     def seconds(self, index: int) -> float:
         return self.reply_seconds[min(index, len(self.reply_seconds) - 1)]
@@ -97,6 +103,7 @@ class _Session:
         self.script = script
         self.turns = 0
         self.turn_task: asyncio.Task | None = None
+        self.duck_task: asyncio.Task | None = None
         self.turn_id: str | None = None
         self.heard = asyncio.Event()
         self.played = 0
@@ -113,12 +120,15 @@ class _Session:
             audio_ms = self._utterance_ms() if kind == "audio.end" else 0
             if kind == "audio.end":
                 self.recorder.audio_ends += 1
-            long = kind == "text" and message.get("text") == LONG_ANSWER
+            ducked = kind == "text" and message.get("text") in (DUCKED_ANSWER, DUCKED_CUT)
+            long = kind == "text" and message.get("text") == LONG_ANSWER or ducked
             stalled = kind == "text" and message.get("text") == STALLED_ANSWER
             self.turn_task = asyncio.create_task(
                 self._run_turn("text" if kind == "text" else "speech", audio_ms,
                                LONG_ANSWER_SECONDS if long else None, wait_for_playback=not long,
                                stall_after=STALL_AFTER_CHUNKS if stalled else None))
+            if ducked:
+                self.duck_task = asyncio.create_task(self._speech_over_answer(message["text"] == DUCKED_CUT))
         elif kind == "interrupt" and message.get("turn_id") == self.turn_id:
             self.played = int(message["played_samples"])
             if self.turn_task and not self.turn_task.done():
@@ -130,6 +140,19 @@ class _Session:
                 self.heard.set()
         elif kind == "ping":
             await self.ws.send_json({"type": "pong"})
+
+    async def _speech_over_answer(self, cut: bool) -> None:
+        await asyncio.sleep(DUCK_AFTER_S)
+        turn_id = f"t{self.turns - 1}"
+        await self.ws.send_json({"type": "turn.duck", "turn_id": turn_id, "gain_db": -15.0})
+        await asyncio.sleep(DUCK_HELD_S)
+        if not cut:
+            await self.ws.send_json({"type": "turn.unduck", "turn_id": turn_id})
+            return
+        if self.turn_task and not self.turn_task.done():  # still sending: stop, as the real gateway's cut does
+            self.turn_task.cancel()
+        self.turn_id = turn_id  # turn.done may have gone already (a LONG_ANSWER ends before it plays out)
+        await self._finish_turn(interrupted=True)
 
     def _utterance_ms(self) -> float:
         pcm_bytes = sum(len(f.payload) for f in self.recorder.frames_of(KIND_AUDIO_IN)
@@ -196,20 +219,22 @@ async def _ws_handler(request: web.Request) -> web.WebSocketResponse:
                 recorder.messages.append(message)
                 if message.get("type") == "session.start":
                     recorder.sessions += 1
-                    await ws.send_json(session_ready(recorder.sessions, message))
+                    await ws.send_json(session_ready(recorder.sessions, message, request.app[SCRIPT].backchannel))
                     await ws.send_json({"type": "health", "service": "llm", "status": "SERVING"})
                 else:
                     await session.handle(message)
     finally:
-        if session.turn_task:
-            session.turn_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await session.turn_task
+        for task in (session.turn_task, session.duck_task):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
     return ws
 
 
-def session_ready(number: int, start: dict) -> dict:
-    return {
+def session_ready(number: int, start: dict, backchannel: bool = False) -> dict:
+    turn = {"turn": {"backchannel": True, "duck_db": -15.0}} if backchannel else {}
+    return {**turn,
         "type": "session.ready", "session_id": f"s{number}", "protocol": 1, "sample_rate_in": 16000,
         "sample_rate_out": RATE_OUT, "voices": VOICES, "voice": start.get("voice") or VOICES[0],
         "model": {"name": "fake", "audio_input": True, "image_input": True, "fallback": False, "note": ""},

@@ -226,7 +226,9 @@ async def barge_in_and_finish(page: Page, started: float, wait: float, must_be_r
     what = f"{time.monotonic() - started:.1f} s in; first answer: {first_answer_summary(so_far[:cut])}"
     if cut is None:
         raise AnswerEnded(f"the first answer had finished playing before the user cut in ({what})")
-    if must_be_running and any(e["type"] == "turn.done" for e in so_far[:cut]):
+    # A turn.done that says interrupted is the server's own cut (speech over the answer: it ducks, then cuts, and the
+    # page stops on that word), so the answer was still running.
+    if must_be_running and any(e["type"] == "turn.done" and not e.get("interrupted") for e in so_far[:cut]):
         raise AnswerEnded("the first answer was complete on the server before the user cut in: "
                           f"nothing was left for the server to cancel ({what})")
     interrupt = so_far[cut]

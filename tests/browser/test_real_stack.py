@@ -117,9 +117,11 @@ def test_speaking_over_the_answer_stops_playback_and_the_server_cancels_the_turn
         heard = server["heard_chars"]
     else:  # a short answer's synthesis had finished while it played: its history entry is cut to what was heard
         assert server["outcome"] == "stop", server
-        (cut,) = [e for e in real.stack.log_events("gateway")
-                  if e.get("turn_id") == turn_id and e["event"] == "history_cut"]
-        heard = cut["heard_chars"]
+        # the server's cut (turn.cut), then the page's interrupt with the samples it played, which refines it
+        cuts = [e for e in real.stack.log_events("gateway")
+                if e.get("turn_id") == turn_id and e["event"] == "history_cut"]
+        assert cuts, f"no history cut for {turn_id}"
+        heard = cuts[-1]["heard_chars"]
     assert heard < server["reply_chars"], server  # only what was heard enters the history
     page_checks.assert_first_answer_marked_cut(real.run)
 

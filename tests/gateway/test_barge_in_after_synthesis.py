@@ -12,6 +12,8 @@ pytestmark = pytest.mark.timeout(60)
 FULL = "Hello there. How are you?"
 
 
+# SOTTO_GATEWAY_BACKCHANNEL=false: any speech cuts at once (tests/gateway/test_backchannel_session.py: on)
+@pytest.mark.parametrize("stack", [{"backchannel": False}], indirect=True)
 async def test_speech_over_a_finished_answer_still_playing_cuts_it(stack, connect) -> None:
     stack.tts.chunks_per_sentence = 40  # about 3.4 s a sentence: synthesised at once, played for seconds
     client = await connect()
@@ -42,6 +44,8 @@ async def test_speech_after_the_answer_was_played_cuts_nothing(stack, connect) -
     assert (answer.text, answer.interrupted) == (FULL, False)
 
 
+# SOTTO_GATEWAY_BACKCHANNEL=false: any speech cuts at once (tests/gateway/test_backchannel_session.py: on)
+@pytest.mark.parametrize("stack", [{"backchannel": False}], indirect=True)
 async def test_realtime_speech_over_a_finished_answer_truncates_it(stack) -> None:
     stack.tts.chunks_per_sentence = 40
     async with realtime(stack) as events:

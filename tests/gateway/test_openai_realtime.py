@@ -156,6 +156,8 @@ async def test_a_cancelled_response_ends_cancelled_and_sends_no_more_audio(stack
     await eventually(lambda: stack.tts.cancelled == 1, 5, "the tts call to be cancelled")
 
 
+# SOTTO_GATEWAY_BACKCHANNEL=false: any speech cuts at once (tests/gateway/test_backchannel_session.py: on)
+@pytest.mark.parametrize("stack", [{"backchannel": False}], indirect=True)
 async def test_speech_over_the_answer_cancels_it_as_turn_detected(stack: Stack) -> None:
     stack.tts.chunk_delay_s = 0.2
     async with realtime(stack) as events:

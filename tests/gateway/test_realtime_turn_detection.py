@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.gateway.conversation.session import turn_taking
+from services.gateway.links.vad import turn_taking
 from tests.gateway.conftest import Stack
 from tests.gateway.test_openai_realtime import append, realtime, tone_24k
 from tests.helpers import eventually

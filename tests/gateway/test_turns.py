@@ -197,6 +197,8 @@ async def test_audio_out_sequence_numbers_count_up(stack, connect) -> None:
     assert seqs == list(range(len(seqs)))
 
 
+# SOTTO_GATEWAY_BACKCHANNEL=false: any speech cuts at once (tests/gateway/test_backchannel_session.py: on)
+@pytest.mark.parametrize("stack", [{"backchannel": False}], indirect=True)
 async def test_speech_over_the_answer_stops_it_without_an_interrupt_message(stack, connect) -> None:
     stack.tts.chunks_per_sentence = 40
     stack.tts.chunk_delay_s = 0.02

@@ -147,12 +147,14 @@ def canceller(cancel: bool, lead_ms: int | None = None) -> EchoCanceller:
 
 def replay(mic: np.ndarray, answer: np.ndarray, *, cancel: bool, timing: Timing, vad: SileroVad,
            settings: VadSettings | None = None, lead_ms: int | None = None, report_every_s: float | None = None,
-           echo: EchoCanceller | None = None, start_s: float = 0.0, seed: int = 0) -> list[float]:
+           echo: EchoCanceller | None = None, start_s: float = 0.0, seed: int = 0,
+           heard: list | None = None) -> list[float]:
     """The session's view of `mic` while `answer` goes out: the canceller (on or off) then the vad, with the
     barge-in gate held while the answer plays; with `report_every_s` the client reports its playback that often
     (as a /ws client's `playback`). `echo`: the session's canceller, as an earlier answer left it (default: a
     new one), and `start_s` where this microphone audio begins on its clock (after the audio it has had). Returns
-    the times (s, from the start of `mic`) of the vad's speech starts."""
+    the times (s, from the start of `mic`) of the vad's speech starts. `heard`, if given, gets each piece of
+    cleaned audio and the vad's events on it, in order: (piece, [SpeechEvent])."""
     rng = np.random.default_rng(seed)
     echo = echo or canceller(cancel, lead_ms)
     echo.on_sent(events.AudioStarted(turn_id="t", sample_rate=ANSWER_RATE), start_s)
@@ -179,7 +181,10 @@ def replay(mic: np.ndarray, answer: np.ndarray, *, cancel: bool, timing: Timing,
             stream.set_answer_playing(False)
         piece = echo.prepare(mic[i: i + frame].tobytes(), start_s + now)
         clean = np.frombuffer(echo.process(*piece), dtype="<i2")
-        for ev in stream.push(clean):
+        found = list(stream.push(clean))
+        if heard is not None:
+            heard.append((clean, found))
+        for ev in found:
             if ev.kind == SpeechEventKind.STARTED:
                 starts.append((fed + len(clean)) / RATE)  # when the vad decided: the end of this piece
         fed += len(clean)

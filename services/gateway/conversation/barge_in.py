@@ -33,3 +33,10 @@ def cut_point(turn: Turn | None, now: float, reported: int) -> int | None:
         return None
     heard = heard_samples(turn, now, reported)
     return heard if heard < turn.samples_sent else None
+
+
+def heard_now(turn: Turn | None, running: bool, now: float, reported: int) -> bool:
+    """An answer is being heard: audio of the running turn went out, or a finished one still plays (`cut_point`)."""
+    if turn is None or turn.interrupted or turn.first_audio_at is None:
+        return False
+    return running or cut_point(turn, now, reported) is not None

@@ -117,6 +117,22 @@ class TurnCut:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnDuck:
+    """Speech over this turn's answer that may be a backchannel or a noise (conversation/backchannel.py): play it
+    on at `gain_db` (the audio still to come is sent lowered too) until `TurnUnduck`, or stop it on a cut."""
+
+    turn_id: str
+    gain_db: float
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUnduck:
+    """The speech was a backchannel or a noise: play this turn's answer at full gain again (it was never paused)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnResumed:
     """The user went on speaking before any audio of this turn's answer was sent: the turn is withdrawn (it ends
     interrupted and is not remembered) and the next turn answers the whole utterance."""
@@ -149,4 +165,5 @@ class Pong:
 
 
 Event = (SessionReady | SpeechStarted | SpeechEnded | TurnHeld | TurnStarted | Transcript | TextDelta | AudioStarted
-         | AudioChunk | AudioDone | TurnDone | TurnCut | TurnResumed | Error | Busy | Health | Pong)
+         | AudioChunk | AudioDone | TurnDone | TurnCut | TurnDuck | TurnUnduck | TurnResumed | Error | Busy | Health
+         | Pong)

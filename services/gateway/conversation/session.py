@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -23,31 +25,23 @@ import grpc
 from services.common import config, logs
 from services.gateway import metrics
 from services.gateway.app import Catalogue
-from services.gateway.conversation import barge_in, echo_cancel, events
-from services.gateway.conversation.events import SAMPLE_RATE_OUT
+from services.gateway.conversation import barge_in, echo_cancel, events, utterance_join
+from services.gateway.conversation.ducking import Ducking, attenuated
 from services.gateway.conversation.history import History
 from services.gateway.conversation.inputs import MediaFrame, Opening
-from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake
+from services.gateway.conversation.intake import SAMPLE_RATE_IN, MediaIntake, Utterance
 from services.gateway.conversation.playback import answer_playing
+from services.gateway.conversation.ready import session_ready
 from services.gateway.conversation.rate_limit import RateLimiter
 from services.gateway.conversation.resumption import Resumption
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.turn import Outcome, Turn, TurnInput, TurnSettings
-from services.gateway.links.asr import Hearing, SpokenWords
-from services.gateway.links.vad import VadLink
+from services.gateway.links.asr import Hearing, SpokenWords, Words
+from services.gateway.links.vad import VadLink, turn_taking
 from sotto.v1 import asr_pb2_grpc, llm_pb2_grpc, tts_pb2_grpc, vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
 INTERRUPT_WAIT_S = 2.0  # how long a new turn waits for the interrupted one to wind down
-
-
-def turn_taking(v: config.VadConfig) -> vad_pb2.VadSettings:
-    """The session's vad settings, from the gateway's: every wire starts from these."""
-    return vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms, min_silence_ms=v.min_silence_ms,
-                               speech_pad_ms=v.speech_pad_ms, turn_silence_ms=v.turn_silence_ms,
-                               max_turn_silence_ms=v.max_turn_silence_ms, silence_only=not v.semantic_turn,
-                               barge_in_threshold=v.barge_in_threshold,
-                               barge_in_min_speech_ms=v.barge_in_min_speech_ms)
 
 
 class Output(Protocol):
@@ -100,6 +94,9 @@ class Session:
         # An utterance resumed before its answer was heard becomes one turn; unfinished words are held
         self.resumption = Resumption(begin=self._on_utterance, hold_s=cfg.vad.max_turn_silence_ms / 1000.0,
                                      word_turn_on=self.gw.word_turn, grace_s=self.settings.jitter_s)
+        # Speech over a heard answer ducks it; a backchannel or a noise does not cut it
+        self.ducking = Ducking(self.gw, send=self.send, on_cut=self._cut_heard,
+                               announce=lambda ts_ms: self.send(events.SpeechStarted(ts_ms=ts_ms)))
 
     # -- sending ---------------------------------------------------------------------------------------------
     def send(self, item: events.Event | Any, turn: Turn | None = None) -> None:
@@ -116,6 +113,8 @@ class Session:
             audio = isinstance(item, events.AudioChunk)
             if turn is not None and turn.interrupted and audio:
                 continue  # barge-in: audio of a cut turn is never sent
+            if audio and (gain := self.ducking.gain(turn)) < 1.0:
+                item = dataclasses.replace(item, pcm16=attenuated(item.pcm16, gain))
             try:
                 await self.output.send(item)
             except (ConnectionResetError, RuntimeError):
@@ -176,16 +175,6 @@ class Session:
         turn, reports = self.turn, self.start is not None and self.start.reports_playback
         return turn.played_samples if turn is not None and turn.playback_reported and reports else None
 
-    def _cut_playing(self, heard_samples: int) -> None:
-        """Speech over a finished answer the client is still playing (by the playback estimate): the client is
-        told to stop it (`TurnCut`), and the history keeps what was heard."""
-        turn = self.turn
-        assert turn is not None
-        heard = turn.heard_after_done(heard_samples)
-        if heard is not None and self.history.cut(turn, heard, heard_samples, "server_vad_after_done"):
-            self.send(events.TurnCut(turn_id=turn.inp.turn_id, played_samples=heard_samples,
-                                     sample_rate=turn.audio_rate, heard_text=heard))
-
     @property
     def in_utterance(self) -> bool:
         """The vad heard speech start and not yet its end."""
@@ -218,7 +207,8 @@ class Session:
     def _to_vad(self, pcm: bytes, ts_ms: float, tape_start: int) -> None:
         assert self.vad is not None  # media is refused before session.start, which opens the link
         self.vad.send(pcm, capture_ts_ms=ts_ms, tape_start=tape_start)
-        self.hearing.feed(pcm)  # while an utterance is streamed to the asr service (text-only models)
+        self.hearing.feed(pcm)  # while an utterance is streamed to the asr service (text-only models, ducking)
+        self.ducking.audio(pcm)
 
     async def _drop_utterance(self, code: str, message: str) -> None:
         self.error(code, message)
@@ -232,55 +222,77 @@ class Session:
         return (not self.intake.in_utterance and self.turn is not None and self.turn_task is not None
                 and not self.turn_task.done() and self.turn.samples_sent == 0)
 
-    def _speech_received_at(self, start: int) -> float:
-        """When the gateway got new speech's first sample. A client with its own VAD sends only speech, so the
-        padded start can fall into the previous utterance's audio, received long before: a time not after that
-        utterance's end is not this speech's, and then now (a little late, so never a heard answer withdrawn)."""
-        at = self.intake.tape.received_at(start)
-        last_end = self.turn.inp.t_input_end if self.turn is not None else None
-        return at if at is not None and (last_end is None or at > last_end) else time.monotonic()
-
     # -- vad events ------------------------------------------------------------------------------------------
     async def _on_vad_event(self, ev: vad_pb2.VadEvent, origin: int) -> None:
         self._vad_failure_told = False
         if ev.kind == vad_pb2.VadEvent.SPEECH_STARTED:
-            self.intake.speech_started(origin + ev.start_sample)
-            if self._text_only_model():
-                # The words will be the message: recognise them while the user speaks, pre-roll included.
-                first = origin + ev.start_sample - round(self.settings.preroll_s * SAMPLE_RATE_IN)
-                self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}")
-            self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
-            resumed_at = self._speech_received_at(origin + ev.start_sample)
+            start = origin + ev.start_sample
+            self.intake.speech_started(start)
             heard = self._heard_of_current()
-            if (dropped := self.resumption.speech_started(self.turn, resumed_at, heard)) is not None:
-                if dropped:  # the same utterance goes on: its unheard answer is withdrawn
-                    self.history.withdraw(self.turn)  # if remembered already: the joined turn has its words
-                    self.send(events.TurnResumed(turn_id=dropped))
+            resumed = self.resumption.speech_started(self.turn, utterance_join.received_at(
+                self.intake.tape.received_at(start), self.turn), heard)
+            ducked = self.turn if resumed is None and self.ducking.enabled and barge_in.heard_now(
+                self.turn, self.responding, time.monotonic(), self._heard_of_current() or 0) else None
+            if self._text_only_model() or ducked is not None:
+                # The words will be the message, or judge the speech: recognise them while it is spoken.
+                first = start - round(self.settings.preroll_s * SAMPLE_RATE_IN)
+                self.hearing.begin(self.intake.tape.cut(first, self.intake.tape.end), f"{self.id}-{self.turns + 1}",
+                                   on_stable=self.ducking.stable if ducked is not None else None)
+            if ducked is not None:  # announced (SpeechStarted) only if it cuts the answer
+                self.ducking.begin(ducked, float(ev.start_ts_ms), self.intake.tape.cut(start, self.intake.tape.end))
                 return
-            if self.turn is not None and self.responding:
-                self.turn.interrupt(self.turn.played_samples, "server_vad")
-            elif (heard := barge_in.cut_point(self.turn, time.monotonic(), self._heard_of_current() or 0)) is not None:
-                self._cut_playing(heard)  # an answer synthesised but still playing
+            self.send(events.SpeechStarted(ts_ms=ev.start_ts_ms))
+            if resumed is not None:
+                if resumed:  # the same utterance goes on: its unheard answer is withdrawn
+                    self.history.withdraw(self.turn)  # if remembered already: the joined turn has its words
+                    self.send(events.TurnResumed(turn_id=resumed))
+                return
+            if self.turn is not None:
+                self._cut_heard(self.turn)
         elif ev.kind == vad_pb2.VadEvent.TURN_HELD:
             held = self.vad.settings.max_turn_silence_ms if self.vad is not None else 0
             self.send(events.TurnHeld(ts_ms=ev.start_ts_ms, max_silence_ms=held or self.cfg.vad.max_turn_silence_ms))
         elif ev.kind == vad_pb2.VadEvent.SPEECH_ENDED:
             utterance = self.intake.end_utterance(start=origin + ev.start_sample, end=origin + ev.end_sample,
                                                   start_ts_ms=float(ev.start_ts_ms), end_ts_ms=float(ev.end_ts_ms))
-            self.send(events.SpeechEnded(ts_ms=ev.end_ts_ms))
-            turn_id, sees = self.next_turn_id(), self.models.current.sees
-            inp, first_words = self.resumption.joined(TurnInput(  # with the part before it, if any
-                turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
-                images=utterance.images if sees else [], image_ts=utterance.image_ts if sees else [],
-                t_input_end=utterance.received_at, endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
-            streamed = self.hearing.finish(round(utterance.audio_ms * SAMPLE_RATE_IN / 1000),
-                                           (inp.audio_ms - utterance.audio_ms) / 1000)
-            inp.words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=inp.audio_wav, streamed=streamed,
-                                    cascade=self._text_only_model(), model_name=self.models.current.llm_name,
-                                    send=self.send)
-            if inp.words.cascade:
-                inp.words.prefix = first_words  # the streamed words are the last part's only
-            await self.resumption.ended(inp)
+            samples = round(utterance.audio_ms * SAMPLE_RATE_IN / 1000)
+            if (judged := self.ducking.speech_ended()) is not None:  # a verdict on the words first
+                turn = functools.partial(self._spoken, utterance, samples, ev.end_ts_ms)
+                self.ducking.judge(judged, self.hearing.finish(samples), turn)
+                return
+            await self._spoken(utterance, samples, ev.end_ts_ms)
+
+    def _cut_heard(self, turn: Turn) -> None:
+        """Speech cuts `turn`'s answer: a running turn is interrupted. Over a finished answer the client is still
+        playing (by the playback estimate), the client is told to stop it (`TurnCut`); the history keeps what was
+        heard."""
+        if turn is not self.turn:
+            return
+        if self.responding:
+            turn.interrupt(turn.played_samples, "server_vad")
+        elif (at := barge_in.cut_point(turn, time.monotonic(), self._heard_of_current() or 0)) is not None:
+            heard = turn.heard_after_done(at)
+            if heard is not None and self.history.cut(turn, heard, at, "server_vad_after_done"):
+                self.send(events.TurnCut(turn_id=turn.inp.turn_id, played_samples=at, sample_rate=turn.audio_rate,
+                                         heard_text=heard))
+
+    async def _spoken(self, utterance: Utterance, samples: int, end_ts: float, streamed: Words | None = None) -> None:
+        """An utterance the vad ended becomes a turn (with the part before it, if any); `streamed`: its words,
+        already taken from the asr stream."""
+        self.send(events.SpeechEnded(ts_ms=end_ts))
+        turn_id, sees = self.next_turn_id(), self.models.current.sees
+        inp, first_words = self.resumption.joined(TurnInput(  # with the part before it, if any
+            turn_id=turn_id, source="speech", audio_wav=utterance.wav, audio_ms=utterance.audio_ms,
+            images=utterance.images if sees else [], image_ts=utterance.image_ts if sees else [],
+            t_input_end=utterance.received_at, endpoint_ms=(time.monotonic() - utterance.received_at) * 1000.0))
+        if streamed is None:
+            streamed = self.hearing.finish(samples, (inp.audio_ms - utterance.audio_ms) / 1000)
+        inp.words = SpokenWords(hearing=self.hearing, turn_id=turn_id, wav=inp.audio_wav, streamed=streamed,
+                                cascade=self._text_only_model(), model_name=self.models.current.llm_name,
+                                send=self.send)
+        if inp.words.cascade:
+            inp.words.prefix = first_words  # the streamed words are the last part's only
+        await self.resumption.ended(inp)
 
     async def _on_vad_failure(self, reason: str) -> None:
         if self.intake.in_utterance:
@@ -304,24 +316,12 @@ class Session:
 
     def open(self, start: Opening) -> None:
         self.start = start
-        v = self.cfg.vad
-        self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(v), sample_rate=start.sample_rate,
+        self.vad = VadLink(stub=self.vad_stub, settings=turn_taking(self.cfg.vad), sample_rate=start.sample_rate,
                            on_event=self._on_vad_event, on_failure=self._on_vad_failure,
                            connect_timeout_s=self.settings.request_timeout_s, batch_ms=self.gw.vad_batch_ms,
                            batching=self.awaiting_first_audio, in_utterance=lambda: self.intake.in_utterance,
                            answer_playing=lambda: answer_playing(self.turn, time.monotonic()))
-        limits = {"max_audio_frame_bytes": self.gw.max_audio_frame_bytes, "max_jpeg_bytes": self.gw.max_jpeg_bytes,
-                  "max_image_pixels": self.gw.max_image_pixels, "max_messages_per_s": self.gw.max_messages_per_s,
-                  "max_text_chars": self.gw.max_text_chars, "max_turn_audio_s": self.gw.max_turn_audio_s,
-                  "jitter_ms": self.gw.jitter_ms, "request_timeout_ms": self.gw.request_timeout_ms}
-        models = self.models.current
-        self.send(events.SessionReady(
-            session_id=self.id, sample_rate_in=start.sample_rate, sample_rate_out=SAMPLE_RATE_OUT,
-            voices=list(models.voices), voice=start.voice or self.gw.voice or models.default_voice,
-            model=models.llm_fields(), limits=limits, health=dict(self.health),
-            turn={"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
-                  "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-                  "barge_in_level_db": self.gw.barge_in_level_db, "echo_cancel": start.echo_cancel}))
+        self.send(session_ready(self.id, start, self.cfg, self.models.current, self.health))
         _LOGGER.info("session_started", extra={"client_vad": start.client_vad, "camera": start.camera,
                                                "turn_hold": start.turn_hold})
 
@@ -384,6 +384,7 @@ class Session:
 
     async def close(self) -> None:
         await self.resumption.close()
+        await self.ducking.close()
         if self.turn is not None:
             self.turn.interrupt(self.turn.played_samples, "session_closed")
         if self.turn_task is not None:

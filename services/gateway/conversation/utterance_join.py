@@ -13,6 +13,7 @@ when it sent the first audio, and when it received the resumed speech's first sa
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -39,6 +40,15 @@ def resumes_unheard(turn: Turn | None, resumed_at: float, finished_at: float | N
     if heard_samples is not None:
         return heard_samples == 0
     return turn.first_audio_at is None or turn.first_audio_at > resumed_at
+
+
+def received_at(at: float | None, turn: Turn | None) -> float:
+    """When the gateway got new speech's first sample (`at`: the tape's reading). A client with its own VAD sends
+    only speech, so the padded start can fall into the previous utterance's audio, received long before: a time not
+    after that utterance's end is not this speech's, and then now (a little late, so never a heard answer
+    withdrawn)."""
+    last_end = turn.inp.t_input_end if turn is not None else None
+    return at if at is not None and (last_end is None or at > last_end) else time.monotonic()
 
 
 def join_wav(first: bytes, second: bytes) -> bytes:

@@ -60,6 +60,11 @@ class Words:
         self.recognition_ms: float | None = None  # from the end of the audio to the words, as the gateway saw it
         self._started = time.monotonic()
 
+    @property
+    def done(self) -> bool:
+        """The recognition is over (its words, or its failure, are in)."""
+        return self._task.done()
+
     async def text(self) -> str | None:
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -107,18 +112,31 @@ class Words:
 
 
 class _UtteranceStream:
-    """One StreamTranscribe call: audio in as it comes, the final words out."""
+    """One StreamTranscribe call: audio in as it comes, the final words out; with `on_stable`, the stable words so
+    far as the service sends them (read as they come, not at the end)."""
 
     def __init__(self, stub: asr_pb2_grpc.AsrServiceStub, deadline_s: float,
-                 metadata: tuple[tuple[str, str], ...]) -> None:
+                 metadata: tuple[tuple[str, str], ...], on_stable: Callable[[str], None] | None = None) -> None:
         self._queue: asyncio.Queue[asr_pb2.AsrRequest | None] = asyncio.Queue()
+        self._partials = on_stable is not None
         self._call = stub.StreamTranscribe(self._requests(), timeout=deadline_s, metadata=metadata)
+        self._reader = asyncio.ensure_future(self._read(on_stable)) if on_stable is not None else None
+        if self._reader is not None:  # a stream dropped after a failure is never awaited: its error is not news
+            self._reader.add_done_callback(lambda t: t.cancelled() or t.exception())
         self.samples = 0
 
     async def _requests(self) -> AsyncIterator[asr_pb2.AsrRequest]:
-        yield asr_pb2.AsrRequest(settings=asr_pb2.AsrSettings(sample_rate=SAMPLE_RATE))
+        yield asr_pb2.AsrRequest(settings=asr_pb2.AsrSettings(sample_rate=SAMPLE_RATE, partials=self._partials))
         while (request := await self._queue.get()) is not None:
             yield request
+
+    async def _read(self, on_stable: Callable[[str], None] | None) -> asr_pb2.Transcript:
+        async for event in self._call:
+            if event.HasField("final"):
+                return event.final
+            if on_stable is not None and event.stable:
+                on_stable(event.stable)
+        raise NoWords("the asr stream ended without final words")
 
     def feed(self, pcm: bytes) -> None:
         self.samples += len(pcm) // 2
@@ -128,15 +146,14 @@ class _UtteranceStream:
         self._queue.put_nowait(asr_pb2.AsrRequest(end=True, utterance_samples=utterance_samples))
         self._queue.put_nowait(None)
         try:
-            async for event in self._call:
-                if event.HasField("final"):
-                    return event.final
-            raise NoWords("the asr stream ended without final words")
+            return await (self._reader if self._reader is not None else self._read(None))
         finally:
             self._call.cancel()  # a no-op once done; frees the service's stream if we stopped early
 
     def cancel(self) -> None:
         self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
         self._queue.put_nowait(None)
 
 
@@ -150,11 +167,12 @@ class Hearing:
         self._told = False  # an outage was reported; cleared by words that come or by the service coming back
 
     # -- streamed utterances (text-only models) ---------------------------------------------------------------
-    def begin(self, pcm_so_far: bytes, turn_id: str) -> None:
-        """The vad heard speech start: open a stream with the utterance's audio so far (pre-roll included)."""
+    def begin(self, pcm_so_far: bytes, turn_id: str, on_stable: Callable[[str], None] | None = None) -> None:
+        """The vad heard speech start: open a stream with the utterance's audio so far (pre-roll included);
+        `on_stable`: have the service send the stable words while the user speaks, and take them."""
         self.drop()
         metadata = (*logs.grpc_metadata()[:1], (logs.TURN_METADATA_KEY, turn_id))
-        self._stream = _UtteranceStream(self._stub, self._max_audio_s + 2 * self._timeout_s, metadata)
+        self._stream = _UtteranceStream(self._stub, self._max_audio_s + 2 * self._timeout_s, metadata, on_stable)
         if pcm_so_far:
             self._stream.feed(pcm_so_far)
 
@@ -224,8 +242,9 @@ class SpokenWords:
         self._turn_id = turn_id
         self._wav = wav
         # A text-only model needs the words now: the streamed ones, or (the model changed mid-utterance) the clip's.
-        self._words = (streamed or hearing.clip(wav)) if cascade else None
-        if streamed is not None and not cascade:
+        # Words already recognised (speech over an answer is streamed for every model: conversation/ducking.py) serve.
+        self._words = (streamed or hearing.clip(wav)) if cascade else streamed if streamed and streamed.done else None
+        if streamed is not None and self._words is None:
             streamed.cancel()  # the model changed to one that hears audio while the utterance was streamed
         self.cascade = cascade
         self._model_name = model_name

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
-from services.common import audio, logs
+from services.common import audio, config, logs
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -229,3 +229,12 @@ class VadLink:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
         self._call = self._reader = None
+
+
+def turn_taking(v: config.VadConfig) -> vad_pb2.VadSettings:
+    """The session's vad settings, from the gateway's: every wire starts from these."""
+    return vad_pb2.VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms, min_silence_ms=v.min_silence_ms,
+                               speech_pad_ms=v.speech_pad_ms, turn_silence_ms=v.turn_silence_ms,
+                               max_turn_silence_ms=v.max_turn_silence_ms, silence_only=not v.semantic_turn,
+                               barge_in_threshold=v.barge_in_threshold,
+                               barge_in_min_speech_ms=v.barge_in_min_speech_ms)

@@ -201,6 +201,7 @@ _TYPES: dict[type, str] = {
     events.TurnHeld: "turn.hold", events.TurnStarted: "turn.started", events.Transcript: "transcript",
     events.TextDelta: "text.delta", events.AudioStarted: "audio.start", events.AudioDone: "audio.done",
     events.TurnDone: "turn.done", events.TurnCut: "turn.cut", events.TurnResumed: "turn.resumed",
+    events.TurnDuck: "turn.duck", events.TurnUnduck: "turn.unduck",
     events.Error: "error", events.Busy: "busy", events.Health: "health", events.Pong: "pong"}
 
 

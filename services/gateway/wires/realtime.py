@@ -25,7 +25,8 @@ from services.gateway.app import DEPS, LIMITS, MODELS, SETTINGS, Catalogue
 from services.gateway.conversation.settings import SessionSettings
 from services.gateway.conversation.intake import SAMPLE_RATE_IN
 from services.gateway.conversation.inputs import MediaFrame, Opening
-from services.gateway.conversation.session import Session, turn_taking
+from services.gateway.conversation.session import Session
+from services.gateway.links.vad import turn_taking
 from services.gateway.conversation.turn import TurnInput, TurnSettings
 from services.gateway.wires.openai_common import OpenAIError, new_id, pcm16
 from services.gateway.wires.realtime_config import RealtimeConfig, TurnDetection, apply_update, response_overrides

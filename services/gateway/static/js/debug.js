@@ -15,6 +15,7 @@ export function exposeDebug(read) {
   window.sottoDebug = Object.freeze({
     get playedSamples() { return read.playedSamples(); },
     get playback() { return read.playback(); },
+    get gain() { return read.gain(); },
     get framesSent() { return { ...counters }; },
     get state() { return read.state(); },
     get vad() { return read.vad(); },

