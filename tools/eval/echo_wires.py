@@ -23,7 +23,9 @@ STACK_ENV), so that every answer carries seconds of echo; the echo path does not
   on `/ws` a `turn.cut` or a `turn.done` that says interrupted; on Realtime `input_audio_buffer.speech_started` while
   the answer plays (a Realtime client stops its playback on it);
 - cut-ins: a person (human speech, the Asterisk prompts) speaks over the answer 1 s into its playback: from their
-  first word to the client stopping playback, p50 / p95, and misses (the answer played on).
+  first word to the client stopping playback, p50 / p95, and misses (the answer played on); and, where the gateway
+  first lowers the answer (`turn.duck` on `/ws`: speech it has not yet judged a cut-in or a backchannel,
+  conversation/backchannel.py), to its ducking. Answers the echo ducked without stopping are counted beside.
 """
 
 from __future__ import annotations
@@ -123,6 +125,12 @@ class RoomPlayer:
             self.play_end = min(self.play_end, cut)
             self.stopped_at = at
 
+    def duck(self, gain_db: float, at: float) -> None:
+        """The answer plays on at `gain_db` from `at` (the audio already queued: what comes later the gateway
+        lowers itself); a positive gain brings it back up."""
+        now = self.index(at)
+        self.timeline[now: max(now, self.play_end)] *= 10 ** (gain_db / 20)
+
     def played(self, at: float) -> int:
         """Samples of the answer played by `at`, at the answer's rate (what a /ws client reports)."""
         now = self.index(at)
@@ -168,6 +176,7 @@ class Run:
     done_at: float | None = None
     stopped_at: float | None = None
     stop_event: str = ""
+    ducked_at: float | None = None  # the first time the answer was lowered (speech over it, not yet judged)
     events: list[tuple[float, str]] = field(default_factory=list)
 
 
@@ -209,6 +218,11 @@ class Wire:
             self.run.first_audio_at = at
         self.player.play(pcm16, at)
 
+    def duck(self, gain_db: float, at: float) -> None:
+        if self.run.stopped_at is None and self.run.first_audio_at is not None:
+            self.run.ducked_at = self.run.ducked_at or at
+            self.player.duck(gain_db, at)
+
     def stop(self, event: str, at: float) -> None:
         if self.run.stopped_at is None and self.run.first_audio_at is not None:
             self.run.stopped_at, self.run.stop_event = at, event
@@ -223,6 +237,7 @@ class WsWire(Wire):
         self.echo_cancel = echo_cancel
         self.turn_id = ""
         self.reported_at = 0.0
+        self.ducked_db = 0.0
 
     async def open(self) -> None:
         await self.ws.send_json({"type": "session.start", "protocol": 1, "sample_rate": RATE,
@@ -248,6 +263,12 @@ class WsWire(Wire):
         kind = message.get("type")
         if kind == "audio.start":
             self.turn_id = message["turn_id"]
+        elif kind == "turn.duck" and message.get("turn_id") == self.turn_id:
+            self.ducked_db = float(message["gain_db"])
+            self.duck(self.ducked_db, at)
+        elif kind == "turn.unduck" and message.get("turn_id") == self.turn_id and self.ducked_db:
+            self.duck(-self.ducked_db, at)
+            self.ducked_db = 0.0
         elif kind in ("turn.cut", "turn.resumed") and message.get("turn_id") == self.turn_id:
             self.stop(kind, at)
         elif kind == "turn.done" and message.get("turn_id") == self.turn_id:
@@ -346,26 +367,30 @@ async def evaluate(stack: RealStack, wires: list[str], answers: int, people: lis
     acoustics = Acoustics.of(echo_room.Room(), person_dbfs + level)
     report: dict = {}
     for wire in wires:
-        alone = []
+        alone, ducked = [], 0
         for i in range(answers):
             run, _ = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i))
+            ducked += run.ducked_at is not None
             if run.stopped_at is not None:
                 alone.append(f"answer {i}: {run.stop_event} {run.stopped_at - run.first_audio_at:.2f} s into it")
-        stops, first, missed = [], 0, 0
+        stops, ducks, first, missed = [], [], 0, 0
         for i, person in enumerate(people):
             run, spoke_at = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i),
                                            person, person_dbfs)
+            if run.ducked_at is not None and spoke_at <= run.ducked_at <= spoke_at + MISS_S:
+                ducks.append(round((run.ducked_at - spoke_at) * 1000))
             if run.stopped_at is not None and run.stopped_at < spoke_at:
                 first += 1  # the echo stopped the answer before the person spoke
             elif run.stopped_at is not None and run.stopped_at - spoke_at <= MISS_S:
                 stops.append(round((run.stopped_at - spoke_at) * 1000))
             else:
                 missed += 1
-        report[wire] = {"answers": answers, "self_interruptions": len(alone),
+        report[wire] = {"answers": answers, "self_interruptions": len(alone), "ducked_by_echo": ducked,
                         "self_interrupted": alone, "cut_ins": len(people),
                         "stopped": len(stops), "missed": missed, "stopped_itself_first": first,
                         "stop_p50_ms": percentile(stops, 50), "stop_p95_ms": percentile(stops, 95),
-                        "stops_ms": stops}
+                        "stops_ms": stops, "ducked": len(ducks), "duck_p50_ms": percentile(ducks, 50),
+                        "duck_p95_ms": percentile(ducks, 95)}
         print(f"  {wire}: {report[wire]}", flush=True)
     return report
 
