@@ -173,6 +173,13 @@ class Endpointer:
         self._gate_onset = 0
         self._would_start = False  # the onset passed the ungated test
 
+    @property
+    def pause_began(self) -> int | None:
+        """Where the open turn's current silence began (its first window below the speech threshold): the pause's
+        identity, since a later pause of the same turn always begins later. None while speech goes on or no turn
+        is open."""
+        return self._fading_since if self.phase is _Phase.SPEECH else None
+
     def silence_at(self, position: int) -> int:
         """Samples of silence at ``position`` since the open turn's speech stopped (0 while it goes on)."""
         return 0 if self._fading_since is None else max(0, position - self._fading_since)

