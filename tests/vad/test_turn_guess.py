@@ -60,11 +60,11 @@ def test_the_guess_taken_when_the_pause_begins_is_the_verdict(model, turn_model,
     (at, ended), = of_kind(events, SpeechEventKind.ENDED)
     assert ended.reason is EndReason.COMPLETE and ended.turn_probability == pytest.approx(0.97)
     assert guesser.decided == 0 and len(guesser.taken) >= 1
-    # Taken on the pause's first silent window; the turn ended at the turn silence (one 32 ms window's rounding),
-    # the model's time inside it. The filler's "um..." may be that pause: at the latest, the speech's end.
-    turn_silence = VadSettings().turn_silence_ms
-    assert guesser.taken[-1].silence_ms < turn_silence
-    assert turn_silence <= ended.decision_ms < turn_silence + 32
+    # Taken on the pause's first silent window; the turn ended at the early turn silence (one 32 ms window's
+    # rounding), the model's time inside it. The filler's "um..." may be that pause: at the latest, the speech's end.
+    early = VadSettings().early_turn_silence_ms
+    assert early < VadSettings().turn_silence_ms
+    assert guesser.taken[-1].silence_ms < early <= ended.decision_ms < early + 32
     assert at < speech_end + 0.5 * RATE
 
 
@@ -82,8 +82,8 @@ def test_a_guess_is_dropped_when_speech_resumes_and_the_next_pause_is_judged_ane
     first, rest = turn_clips["filler"], turn_clips["rest"]
     rest_end = int(0.3 * RATE) + len(first) + int(0.5 * RATE) + len(rest)
     audio = np.concatenate([silence(0.3), first, silence(0.5), rest, silence(2.5)])
-    # A turn silence longer than the pause: the verdict is only ever due after the continuation.
-    settings = VadSettings(turn_silence_ms=800, max_turn_silence_ms=1500)
+    # Turn silences longer than the pause: the verdict is only ever due after the continuation.
+    settings = VadSettings(turn_silence_ms=800, early_turn_silence_ms=800, max_turn_silence_ms=1500)
     for delay in (1, 40):  # back within the pause / after the speech resumed
         with model.open_stream(RATE, settings, turn_model=turn_model) as stream:
             guesser = Guesser(stream, delay=delay, probability=0.99)
