@@ -123,13 +123,12 @@ class SileroVad:
             with self.open_stream(rate) as stream:
                 stream.push(np.zeros(WINDOW_SAMPLES[rate], dtype=np.int16))
 
-    def push_batch(
-        self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]
-    ) -> list[list[SpeechEvent]]:
+    def push_batch(self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]
+                   ) -> list[list[SpeechEvent]]:
         """Push one chunk into each of several streams, running their windows batched.
 
-        Gives the same events as calling each stream's ``push`` in turn; a stream's windows
-        stay in order because each batched call takes at most one window per stream.
+        Gives the same events as calling each stream's ``push`` in turn; a stream's windows stay in order because each
+        batched call takes at most one window per stream.
         """
         streams = [stream for stream, _, _ in chunks]
         if len(set(map(id, streams))) != len(streams):
@@ -262,15 +261,17 @@ class VadStream:
         return TurnGuess(self._utterance(), pause, silence_ms)
 
     def judge(self, guess: TurnGuess) -> float:
-        """The turn model's probability that the guessed utterance is complete. Reads the guess and the model only,
-        so it may run on any thread while audio goes on being pushed."""
+        """The model's probability that the guess is complete: reads only it and the model, so any thread may."""
         assert self._turn_model is not None
         return self._turn_model.completeness(guess.audio)
 
+    def guess_current(self, guess: TurnGuess) -> bool:
+        """The guess's pause still goes on (``settle`` would keep it)."""
+        return self._guesses.current(guess, self._endpointer)
+
     def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
-        """Hand back a guess's probability and the model's time. Dropped if speech resumed or the turn ended
-        meanwhile; if the turn silence has already been reached it is the verdict now (a guess of incomplete leaves
-        it to ``decide()``); a guess of complete past the early turn silence ends the turn now."""
+        """Hand back a guess's probability and the model's time: dropped unless current; the verdict now if one is
+        due or the early turn silence is past (a guess of incomplete leaves the verdict to ``decide()``)."""
         self._check_open()
         if not self._guesses.settle(guess, probability, model_ms, self._endpointer):
             return []
@@ -286,8 +287,7 @@ class VadStream:
 
     def _conclude_guess(self) -> list[SpeechEvent]:
         """The pending verdict from this pause's guess, if it said complete (else ``decide()`` is due)."""
-        verdict = self._guesses.verdict(self._endpointer)
-        if verdict is None:
+        if (verdict := self._guesses.verdict(self._endpointer)) is None:
             return []
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
         return self._conclude(True, verdict.probability, max(0.0, verdict.known_at_ms - waited_ms))

@@ -71,12 +71,16 @@ class Guesses:
     def take(self, pause: int) -> None:
         self._out = self._guessed = pause
 
+    @staticmethod
+    def current(guess: TurnGuess, endpointer: Endpointer) -> bool:
+        """The guess's pause still goes on: no speech resumed, and the turn was neither ended nor held meanwhile."""
+        return guess.pause == endpointer.pause_began and not endpointer.held
+
     def settle(self, guess: TurnGuess, probability: float, model_ms: float, endpointer: Endpointer) -> bool:
-        """Keep a guess that came back while its pause goes on; False: dropped (speech resumed, the turn ended or
-        was held meanwhile)."""
+        """Keep a guess that came back while its pause goes on; False: dropped."""
         if self._out == guess.pause:
             self._out = None
-        if guess.pause != endpointer.pause_began or endpointer.held:
+        if not self.current(guess, endpointer):
             return False
         self._settled = Verdict(guess.pause, probability, guess.silence_ms + model_ms)
         return True

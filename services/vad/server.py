@@ -36,9 +36,10 @@ from services.vad.metrics import (
     ACTIVE_STREAMS,
     BARGE_INS_SUPPRESSED,
     ENDPOINT_DECISION,
+    TURN_GUESSES,
     TURN_VERDICTS,
 )
-from services.vad.smart_turn import SmartTurn
+from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
                 if request.end_of_speech and stream is not None:
                     events += stream.ask_verdict() if request.ask_verdict else stream.flush()
                 if guess is not None and (guess.done() or stream.awaiting_guess):
-                    events += stream.settle(*await guess)
+                    events += _settle(stream, *await guess)
                     guess = None
                 if stream is not None and stream.guess_due:
                     guess = asyncio.ensure_future(self._run(_judge, stream, stream.take_guess()))
@@ -191,6 +192,12 @@ def _judge(stream: VadStream, guess: TurnGuess) -> tuple[TurnGuess, float, float
     began = time.perf_counter()
     probability = stream.judge(guess)
     return guess, probability, (time.perf_counter() - began) * 1000
+
+
+def _settle(stream: VadStream, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
+    outcome = "complete" if probability > COMPLETE_ABOVE else "incomplete"
+    TURN_GUESSES.labels(outcome if stream.guess_current(guess) else "dropped").inc()
+    return stream.settle(guess, probability, model_ms)
 
 
 async def _read_settings(requests: AsyncIterator[vad_pb2.VadRequest], defaults: VadSettings
