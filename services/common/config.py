@@ -85,8 +85,8 @@ class VadConfig:
                                    lo=60, hi=5000)
     early_turn_silence_ms: int = setting("SOTTO_VAD_EARLY_TURN_SILENCE_MS", 128,
                                          "Silence after which a turn ends when the turn model, run as the pause "
-                                         "began, judged it complete (at most SOTTO_VAD_TURN_SILENCE_MS, where one "
-                                         "it judged incomplete is held).", lo=60, hi=5000)
+                                         "began, already judged it complete (at most SOTTO_VAD_TURN_SILENCE_MS, "
+                                         "where a turn it judged incomplete gets a second look).", lo=60, hi=5000)
     max_turn_silence_ms: int = setting("SOTTO_VAD_MAX_TURN_SILENCE_MS", 1500,
                                        "Silence after which a turn the model holds open ends anyway.",
                                        lo=100, hi=10000)

@@ -271,7 +271,7 @@ class VadStream:
 
     def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
         """Hand back a guess's probability and the model's time: dropped unless current; the verdict now if one is
-        due, or if it says complete and the early turn silence is past."""
+        due or the early turn silence is past (a guess of incomplete leaves the verdict to ``decide()``)."""
         self._check_open()
         if not self._guesses.settle(guess, probability, model_ms, self._endpointer):
             return []
@@ -286,11 +286,11 @@ class VadStream:
         return self._conclude_guess()
 
     def _conclude_guess(self) -> list[SpeechEvent]:
-        """The pending verdict from this pause's guess, if it is back (else it is awaited, or ``decide()`` is due)."""
+        """The pending verdict from this pause's guess, if it said complete (else ``decide()`` is due)."""
         if (verdict := self._guesses.verdict(self._endpointer)) is None:
             return []
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
-        return self._conclude(verdict.complete, verdict.probability, max(0.0, verdict.known_at_ms - waited_ms))
+        return self._conclude(True, verdict.probability, max(0.0, verdict.known_at_ms - waited_ms))
 
     def decide(self) -> list[SpeechEvent]:
         """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""

@@ -5,10 +5,10 @@ Bookkeeping only, in samples: which pause a guess is about (a pause is known by 
 is still current when it comes back, and when a guess of "complete" may end the turn. The stream
 (``services.vad.engine.VadStream``) owns the audio and the model; ``Endpointer`` owns the pauses.
 
-The rule: a guess of complete ends the turn once the pause has lasted the early turn silence; a guess of incomplete
-holds it at the turn silence, as the model's verdict did before guesses. The guess is the only verdict on its pause
-(asking the model again at the turn silence and ending on either "complete" cut more of the human prompts that trail
-off, docs/performance.md). A guess whose pause the user spoke through is dropped, and each pause gets one guess.
+The rule: a guess of complete ends the turn once the pause has lasted the early turn silence. A guess of incomplete
+heard only the pause's first window, so it decides nothing: the model takes its usual look at the turn silence, and
+the turn is held only if that look says incomplete too. A guess whose pause the user spoke through is dropped, and
+each pause gets one guess.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ class Guesses:
                 and endpointer.silence_at(position) >= self._early_silence)
 
     def verdict(self, endpointer: Endpointer) -> Verdict | None:
-        """The current pause's settled guess, for the verdict now due (None: there is none, ``decide()`` is due)."""
+        """The current pause's guess if it says complete, for the verdict now due; a guess of incomplete is dropped
+        here, and the model takes its own look."""
         settled, self._settled = self._settled, None
-        return settled if settled is not None and settled.pause == endpointer.pause_began else None
+        if settled is None or settled.pause != endpointer.pause_began or not settled.complete:
+            return None
+        return settled

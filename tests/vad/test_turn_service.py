@@ -144,10 +144,10 @@ async def fixed_stub(model):
     executor.shutdown(wait=True)
 
 
-async def test_the_service_judges_a_pause_as_it_begins_beside_the_audio(fixed_stub, turn_clips):
+async def test_the_service_judges_a_pause_as_it_begins_and_looks_again_at_an_incomplete_one(fixed_stub, turn_clips):
     """Streamed in 20 ms chunks at the pace of speech, as a microphone would: the pause is judged by a guess taken as
-    it began, on the inference thread, and its verdict is the pause's: complete ends the turn, incomplete holds it,
-    with no second inference."""
+    it began, on the inference thread. A guess of complete ends the turn without a second inference; a guess of
+    incomplete is followed by the model's own look at the turn silence, which holds the turn."""
     stub, turn_model = fixed_stub
     for probability, outcome, kind in ((0.93, "complete", Kind.SPEECH_ENDED), (0.07, "incomplete", Kind.TURN_HELD)):
         turn_model.probability, turn_model.calls = probability, 0
@@ -165,5 +165,5 @@ async def test_the_service_judges_a_pause_as_it_begins_beside_the_audio(fixed_st
         assert verdicts[0].turn_probability == pytest.approx(probability)
         guesses = {o: metric("sotto_vad_turn_guesses_total", outcome=o) - before[o] for o in before}
         assert guesses[outcome] >= 1
-        # One inference a guess, none at the turn silence.
-        assert turn_model.calls == guesses[outcome] + guesses["dropped"]
+        # complete: one inference a guess, none at the turn silence; incomplete: one more look for the held pause.
+        assert turn_model.calls == guesses[outcome] + guesses["dropped"] + (outcome == "incomplete")
