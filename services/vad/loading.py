@@ -33,6 +33,7 @@ def default_settings(cfg: config.VadConfig) -> VadSettings:
         return VadSettings(threshold=cfg.threshold, min_speech_ms=cfg.min_speech_ms,
                            min_silence_ms=cfg.min_silence_ms, speech_pad_ms=cfg.speech_pad_ms,
                            semantic=cfg.semantic_turn, turn_silence_ms=cfg.turn_silence_ms,
+                           early_turn_silence_ms=min(cfg.early_turn_silence_ms, cfg.turn_silence_ms),
                            max_turn_silence_ms=cfg.max_turn_silence_ms, barge_in_threshold=cfg.barge_in_threshold,
                            barge_in_min_speech_ms=cfg.barge_in_min_speech_ms)
     except ValueError as exc:

@@ -14,6 +14,10 @@ ENDPOINT_DECISION = Histogram(
 TURN_VERDICTS = Counter("sotto_vad_turn_verdicts_total",
                         "End-of-turn verdicts: complete (ended), incomplete (held open), timeout (held, then ended "
                         "by the long silence).", ["outcome"])
+TURN_GUESSES = Counter("sotto_vad_turn_guesses_total",
+                       "Turn verdicts taken as a pause began, beside the audio, by what they said while the pause "
+                       "went on: complete (ends the turn at the early turn silence if the pause lasts), incomplete "
+                       "(the model looks again at the turn silence), dropped (speech had resumed).", ["outcome"])
 BARGE_INS_SUPPRESSED = Counter("sotto_vad_barge_ins_suppressed_total",
                                "Speech during an answer's playback that would have started a turn without the "
                                "barge-in gate (likely echo).")

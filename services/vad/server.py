@@ -5,13 +5,17 @@ carries the settings, every message may carry audio, the client's end of speech 
 open segment at once, or asks the turn model's verdict) and whether an answer is playing (the
 barge-in gate), and each engine event becomes a ``VadEvent``. Small chunks are endpointed on the
 event loop, large ones and every turn-model verdict on the single inference thread (see
-``_INLINE_WINDOWS``). A stream that ends, fails or is cancelled frees its state at once.
+``_INLINE_WINDOWS``). The turn model judges a pause from its first silent window, on that thread, while
+the stream goes on reading audio: by the turn silence its verdict is usually there, so the model's own
+time is no longer added to every turn's end. A stream that ends, fails or is cancelled frees its state at
+once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +27,7 @@ from services.vad.engine import (
     SileroVad,
     SpeechEvent,
     SpeechEventKind,
+    TurnGuess,
     VadSettings,
     VadStream,
 )
@@ -31,9 +36,10 @@ from services.vad.metrics import (
     ACTIVE_STREAMS,
     BARGE_INS_SUPPRESSED,
     ENDPOINT_DECISION,
+    TURN_GUESSES,
     TURN_VERDICTS,
 )
-from services.vad.smart_turn import SmartTurn
+from services.vad.smart_turn import COMPLETE_ABOVE, SmartTurn
 from sotto.v1 import vad_pb2, vad_pb2_grpc
 
 _LOGGER = logging.getLogger(__name__)
@@ -55,14 +61,18 @@ class InvalidStream(ValueError):
 
 
 def settings_from_proto(message: vad_pb2.VadSettings, defaults: VadSettings) -> VadSettings:
-    """Proto settings (0 = server default) -> validated engine settings; ValueError if out of range."""
+    """Proto settings (0 = server default) -> validated engine settings; ValueError if out of range. The early turn
+    silence is the server's, kept within what the client's turn silence and padding allow."""
+    speech_pad_ms = message.speech_pad_ms or defaults.speech_pad_ms
+    turn_silence_ms = message.turn_silence_ms or defaults.turn_silence_ms
     return VadSettings(
         threshold=message.threshold or defaults.threshold,
         min_speech_ms=message.min_speech_ms or defaults.min_speech_ms,
         min_silence_ms=message.min_silence_ms or defaults.min_silence_ms,
-        speech_pad_ms=message.speech_pad_ms or defaults.speech_pad_ms,
+        speech_pad_ms=speech_pad_ms,
         semantic=defaults.semantic and not message.silence_only,
-        turn_silence_ms=message.turn_silence_ms or defaults.turn_silence_ms,
+        turn_silence_ms=turn_silence_ms,
+        early_turn_silence_ms=min(turn_silence_ms, max(defaults.early_turn_silence_ms, 2 * speech_pad_ms)),
         max_turn_silence_ms=message.max_turn_silence_ms or defaults.max_turn_silence_ms,
         barge_in_threshold=message.barge_in_threshold or defaults.barge_in_threshold,
         barge_in_min_speech_ms=message.barge_in_min_speech_ms or defaults.barge_in_min_speech_ms,
@@ -117,6 +127,7 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
         self.active_streams += 1
         ACTIVE_STREAMS.inc()
         stream: VadStream | None = None
+        guess: asyncio.Future | None = None  # the turn model judging the current pause, on the inference thread
         try:
             settings, emit_probabilities, requests = await _read_settings(request_iterator, self.defaults)
             # Headers now, not with a first event that may be minutes away: the client's sign that the stream
@@ -141,6 +152,11 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
                         events += await self._run(stream.push, chunk.pcm16, chunk.capture_ts_ms or None)
                 if request.end_of_speech and stream is not None:
                     events += stream.ask_verdict() if request.ask_verdict else stream.flush()
+                if guess is not None and (guess.done() or stream.awaiting_guess):
+                    events += _settle(stream, *await guess)
+                    guess = None
+                if stream is not None and stream.guess_due:
+                    guess = asyncio.ensure_future(self._run(_judge, stream, stream.take_guess()))
                 if stream is not None and stream.verdict_due:
                     events += await self._run(stream.decide)
                 for event in events:
@@ -155,6 +171,8 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
             _LOGGER.info("stream_rejected", extra={"reason": str(exc)})
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         finally:
+            if guess is not None:
+                guess.cancel()
             self.active_streams -= 1
             ACTIVE_STREAMS.dec()
             if stream is not None:
@@ -167,6 +185,19 @@ class VadServicer(vad_pb2_grpc.VadServiceServicer):
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+
+def _judge(stream: VadStream, guess: TurnGuess) -> tuple[TurnGuess, float, float]:
+    """A guess's probability and the model's time in ms, for ``VadStream.settle``; runs on the inference thread."""
+    began = time.perf_counter()
+    probability = stream.judge(guess)
+    return guess, probability, (time.perf_counter() - began) * 1000
+
+
+def _settle(stream: VadStream, guess: TurnGuess, probability: float, model_ms: float) -> list[SpeechEvent]:
+    outcome = "complete" if probability > COMPLETE_ABOVE else "incomplete"
+    TURN_GUESSES.labels(outcome if stream.guess_current(guess) else "dropped").inc()
+    return stream.settle(guess, probability, model_ms)
 
 
 async def _read_settings(requests: AsyncIterator[vad_pb2.VadRequest], defaults: VadSettings

@@ -3,6 +3,7 @@ its continuation ends it once; an answer playing gates barge-ins, and the metric
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -113,3 +114,56 @@ async def test_an_answer_playing_gates_a_quiet_barge_in_and_counts_it(stub, turn
     kinds = [e.kind for e in await rest_of(call)]
     assert kinds == [Kind.SPEECH_STARTED, Kind.SPEECH_ENDED]
     assert metric("sotto_vad_barge_ins_suppressed_total") == suppressed + 1
+
+
+
+class FixedTurnModel:
+    """A turn model that answers at once with one probability: which verdict ended the turn is then known."""
+
+    def __init__(self, probability: float):
+        self.probability, self.calls = probability, 0
+
+    def completeness(self, audio: np.ndarray) -> float:
+        self.calls += 1
+        return self.probability
+
+
+@pytest.fixture
+async def fixed_stub(model):
+    """A service whose turn model says what the test sets (``servicer.turn_model.probability``)."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vad-test")
+    servicer = VadServicer(VadSettings(), max_streams=3, executor=executor, model=model,
+                           turn_model=FixedTurnModel(0.5))
+    server = grpc.aio.server()
+    vad_pb2_grpc.add_VadServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        yield vad_pb2_grpc.VadServiceStub(channel), servicer.turn_model
+    await server.stop(None)
+    executor.shutdown(wait=True)
+
+
+async def test_the_service_judges_a_pause_as_it_begins_and_looks_again_at_an_incomplete_one(fixed_stub, turn_clips):
+    """Streamed in 20 ms chunks at the pace of speech, as a microphone would: the pause is judged by a guess taken as
+    it began, on the inference thread. A guess of complete ends the turn without a second inference; a guess of
+    incomplete is followed by the model's own look at the turn silence, which holds the turn."""
+    stub, turn_model = fixed_stub
+    for probability, outcome, kind in ((0.93, "complete", Kind.SPEECH_ENDED), (0.07, "incomplete", Kind.TURN_HELD)):
+        turn_model.probability, turn_model.calls = probability, 0
+        before = {o: metric("sotto_vad_turn_guesses_total", outcome=o) for o in (outcome, "dropped")}
+        pcm = np.concatenate([silence(0.3), turn_clips["complete"], silence(0.6)])
+        call = stub.StreamAudio(timeout=30)
+        await call.write(vad_pb2.VadRequest(settings=vad_pb2.VadSettings()))
+        for sequence, offset in enumerate(range(0, len(pcm), 320)):
+            await call.write(audio(pcm[offset: offset + 320], sequence))
+            await asyncio.sleep(0.02)  # at the pace of speech: the guess runs while the audio goes on
+        await call.done_writing()
+        events = await rest_of(call)
+        verdicts = [e for e in events if e.kind in (Kind.SPEECH_ENDED, Kind.TURN_HELD)]
+        assert verdicts and verdicts[0].kind == kind, f"{outcome}: {events}"  # (a held turn ends with the stream)
+        assert verdicts[0].turn_probability == pytest.approx(probability)
+        guesses = {o: metric("sotto_vad_turn_guesses_total", outcome=o) - before[o] for o in before}
+        assert guesses[outcome] >= 1
+        # complete: one inference a guess, none at the turn silence; incomplete: one more look for the held pause.
+        assert turn_model.calls == guesses[outcome] + guesses["dropped"] + (outcome == "incomplete")

@@ -3,6 +3,7 @@
 (services.gateway.conversation.utterance_join).
 
     python -m tools.eval.word_turns [--out bench/results/eval_word_turns.json] [--answer-latency-ms 1000]
+                                    [--stride 4] [--before-turn-silence-ms 200]
 
 Every clip of tools.eval.human_speech (Asterisk prompts, some of which trail off, and LibriVox read speech with
 mid-sentence pauses) is streamed, with 2 s of silence after it, through the vad's own engine (real Silero, real
@@ -31,6 +32,7 @@ import argparse
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -56,12 +58,30 @@ def speech_end(audio: np.ndarray) -> int:
     return int(loud[-1] + 1) * CHUNK if len(loud) else len(audio)
 
 
-def vad_run(vad: SileroVad, turn_model: SmartTurn, settings: VadSettings, audio: np.ndarray) -> list[dict]:
-    """Every STARTED / ENDED / HELD event, with the sample at which it was decided and the model's time."""
+def vad_run(vad: SileroVad, turn_model: SmartTurn, settings: VadSettings, audio: np.ndarray,
+            guess: bool = True) -> list[dict]:
+    """Every STARTED / ENDED / HELD event, with the sample at which it was decided and the model's time.
+
+    ``guess``: as the service does, the turn model judges each pause from its first silent window while the audio
+    goes on; here it runs at once and its answer is handed back when it would have been ready in real time (the
+    pause's position plus the model's measured time), or when the verdict waits for it, which is then decided that
+    much later. Without: ``decide()`` at the turn silence, the model's time added (the service before guesses)."""
     out = []
+    pending = None  # (guess, probability, model ms, sample position at which it is ready)
     with vad.open_stream(RATE, settings, turn_model=turn_model) as stream:
         for offset in range(0, len(audio), CHUNK):
-            events, model_ms = stream.push(audio[offset: offset + CHUNK]), 0.0
+            now = offset + CHUNK
+            events, model_ms, decided_at = stream.push(audio[offset: offset + CHUNK]), 0.0, float(now)
+            if pending is not None and (pending[3] <= now or stream.awaiting_guess):
+                decided_at = max(decided_at, pending[3])
+                events += stream.settle(*pending[:3])
+                pending = None
+            if guess and stream.guess_due:
+                taken = stream.take_guess()
+                began = time.perf_counter()
+                probability = stream.judge(taken)
+                ms = (time.perf_counter() - began) * 1000
+                pending = (taken, probability, ms, now + ms * RATE / 1000)
             if stream.verdict_due:
                 began = time.perf_counter()
                 events += stream.decide()
@@ -69,7 +89,7 @@ def vad_run(vad: SileroVad, turn_model: SmartTurn, settings: VadSettings, audio:
             for e in events:
                 if e.kind in (SpeechEventKind.STARTED, SpeechEventKind.ENDED, SpeechEventKind.HELD):
                     out.append({"kind": e.kind.value, "start": e.start_sample, "end": e.end_sample,
-                                "decided_at": offset + CHUNK, "model_ms": model_ms,
+                                "decided_at": decided_at, "model_ms": model_ms,
                                 "reason": e.reason.value if e.reason else None})
     return out
 
@@ -116,7 +136,9 @@ def summarise(results: list[dict], answer_ms: float) -> dict:
     for rule, name in (("audio", "audio model alone"), ("words", "audio model + words"),
                        ("words_join", f"audio model + words + join (answer latency {answer_ms:g} ms assumed)")):
         cuts = [r["id"] for r in results if r["cut"][rule]]
+        trailing = [r["id"] for r in results if r["cut"][rule] and r["label"] == INCOMPLETE]
         summary[rule] = {"name": name, "cut": len(cuts), "rate": round(len(cuts) / max(1, len(results)), 4),
+                         "cut_complete": len(cuts) - len(trailing), "cut_trailing_off": len(trailing),
                          "cut_ids": cuts}
         lat = [r["endpoint_ms"][rule if rule == "audio" else "words"] for r in results if "endpoint_ms" in r]
         if lat:
@@ -133,6 +155,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N clips (0: all)")
     parser.add_argument("--stride", type=int, default=1,
                         help="every Nth complete Asterisk prompt (the incomplete ones and the read speech always)")
+    parser.add_argument("--before-turn-silence-ms", type=int, default=0,
+                        help="also run, on the same clips in the same run, the vad as it was before guesses: the "
+                             "turn model asked at this turn silence, its time added (0: do not)")
     args = parser.parse_args()
     vad_cfg = config.exit_on_error(lambda: config.load(config.VadConfig))
     asr_cfg = config.exit_on_error(lambda: config.load(config.AsrConfig))
@@ -142,30 +167,47 @@ def main() -> None:
     turn_model = SmartTurn(vad_cfg.turn_model or default_model_path(common.model_dir))
     turn_model.warm_up()
     engine, _ = load_engine(asr_cfg, common)
+    heard: dict[tuple[str, int], str] = {}
 
-    def words_at(audio: np.ndarray) -> str:
-        return engine.transcribe(audio.astype(np.float32) / 32768.0).text
+    def words_of(clip: Clip):
+        def words_at(audio: np.ndarray) -> str:
+            key = (clip.id, len(audio))  # the same clip cut at the same sample: the same words
+            if key not in heard:
+                heard[key] = engine.transcribe(audio.astype(np.float32) / 32768.0).text
+            return heard[key]
+        return words_at
 
     got = [c for i, c in enumerate(clips()) if c.label == INCOMPLETE or not c.id.startswith("asterisk/")
            or i % args.stride == 0]
     if args.limit:
         got = got[: args.limit]
+    runs = {"defaults": (settings, True)}
+    if args.before_turn_silence_ms:
+        before = config.exit_on_error(lambda: default_settings(replace(vad_cfg,
+                                                                       turn_silence_ms=args.before_turn_silence_ms)))
+        runs[f"before (no guess, turn silence {args.before_turn_silence_ms} ms)"] = (before, False)
     tail = np.zeros(int(TAIL_S * RATE), dtype=np.int16)
-    results = []
-    for clip in got:
-        events = vad_run(vad, turn_model, settings, np.concatenate([clip.audio, tail]))
-        results.append(judge(clip, events, words_at, vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
-    summary = summarise(results, args.answer_latency_ms)
     report = {"machine": platform.machine(), "stride": args.stride, "processor": platform.processor(),
-              "vad_settings": settings.__dict__,
-              "asr_model": str(engine.model_dir.name), "summary": summary, "results": results}
+              "asr_model": str(engine.model_dir.name), "runs": {}}
+    for name, (run_settings, guess) in runs.items():
+        results = []
+        for clip in got:
+            events = vad_run(vad, turn_model, run_settings, np.concatenate([clip.audio, tail]), guess)
+            results.append(judge(clip, events, words_of(clip), vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
+        summary = summarise(results, args.answer_latency_ms)
+        report["runs"][name] = {"vad_settings": run_settings.__dict__, "guess": guess, "summary": summary,
+                                "results": results}
+        print(f"{name}: turn silence {run_settings.turn_silence_ms} ms, guess {'on' if guess else 'off'}; "
+              f"{summary['incomplete_clips']} of {summary['clips']} clips trail off")
+        for rule in ("audio", "words", "words_join"):
+            s = summary[rule]
+            lat = s.get("endpoint_ms_complete", {})
+            complete = summary["clips"] - summary["incomplete_clips"]
+            print(f"  {s['name']}: cut {s['cut_complete']}/{complete} complete, {s['cut_trailing_off']}/"
+                  f"{summary['incomplete_clips']} trailing off; endpoint on complete clips "
+                  f"p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms (n {lat.get('n')})")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1, default=str))
-    for rule in ("audio", "words", "words_join"):
-        s = summary[rule]
-        lat = s.get("endpoint_ms_complete", {})
-        print(f"{s['name']}: cut {s['cut']}/{summary['clips']} ({s['rate']:.1%}); endpoint on complete clips "
-              f"p50 {lat.get('p50')} ms, p95 {lat.get('p95')} ms")
     print(f"saved {args.out}")
 
 
