@@ -126,8 +126,11 @@ class GatewayClient:
         self._jpeg_seq += 1
 
     async def collect_turn(self, sent_at: float, timeout: float = 60.0) -> TurnRecord:
-        """Everything up to this turn's `turn.done` (or a turn-ending `busy`/`error`)."""
+        """Everything up to this turn's `turn.done` (or a turn-ending `busy`/`error`). A turn the server withdraws
+        because the utterance went on after a pause (`turn.resumed`: docs/protocol.md) is not the answer: its audio is
+        dropped and the turn that answers the whole utterance is collected instead."""
         record = TurnRecord()
+        withdrawn: set[str] = set()
         deadline = time.monotonic() + timeout
         while True:
             item = await self.next_event(max(0.0, deadline - time.monotonic()))
@@ -141,7 +144,10 @@ class GatewayClient:
             record.events.append(item)
             if item["type"] == "audio.start":
                 record.sample_rate = item["sample_rate"]
-            if item["type"] == "turn.done":
+            if item["type"] == "turn.resumed":
+                withdrawn.add(item["turn_id"])
+                record.audio, record.client_ttfa_ms = bytearray(), None
+            if item["type"] == "turn.done" and item["turn_id"] not in withdrawn:
                 record.done = item
                 return record
 
