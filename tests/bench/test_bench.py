@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from services.common import config
-from services.gateway.client import FRAME_MS
 from tools.bench import stats
 from tools.bench.__main__ import main
 from tools.bench.fixtures import SHORT_QUESTION, page_vad_end
@@ -141,12 +140,12 @@ def test_a_tiny_run_prints_the_ttfa_table_and_saves_every_figure(tmp_path, capsy
     decoded = {name: case["rows"][0]["stack"]["timings"]["llm_decode_tokens"] for name, case in r["cases"].items()}
     assert decoded["spoken_short_camera"] == decoded["spoken_short_raw"] == SPOKEN_MAX_NEW_TOKENS
     assert SPOKEN_MAX_NEW_TOKENS < decoded["typed"] <= MAX_NEW_TOKENS
-    # the page client stopped at its VAD's end and sent audio.end: it streamed on only while its VAD waited out the
-    # turn silence after a server that ended the turn sooner (the turn model's early verdict), a frame either side
+    # the page client stopped at its VAD's end and sent audio.end: nothing streamed while the answer was prepared,
+    # unless the server held the turn open (the server may end the turn before the page's VAD does: the turn model's
+    # early verdict, so the audio after the server's end is no measure of it)
     page = r["cases"]["spoken_short_camera"]["rows"][0]
-    vad = config.load(config.VadConfig)
-    early_ms = vad.turn_silence_ms - vad.early_turn_silence_ms
-    assert page["stack"]["audio_end_sent"] is not None and page["stack"]["mic_tail_ms"] <= early_ms + 2 * FRAME_MS
+    assert page["stack"]["audio_end_sent"] is not None
+    assert page["stack"]["held"] or page["stack"]["after_vad_end_ms"] == 0, page["stack"]
     if page["stack"]["mic_tail_ms"] == 0:
         assert page["direct"]["vad_cpu_ms"] == 0  # the direct path listens to exactly what the stack's vad heard
     # the raw client streamed on; the direct path's VAD heard the same tail after the endpoint

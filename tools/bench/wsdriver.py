@@ -43,6 +43,7 @@ class TimedTurn:
     mic_tail_ms: float = 0.0             # microphone audio sent after the server had ended the utterance
     audio_end_sent: float | None = None  # "page" client: when its audio.end left
     held: bool = False                   # "page" client: the server's turn model held the turn open after audio.end
+    after_vad_end_ms: float = 0.0        # "page" client: audio it sent after its own VAD's end (only while held)
     images: int = 0
     chunks: list = field(default_factory=list)  # (arrival s after the first audio, samples) of each audio chunk
     sample_rate: int = 24000
@@ -192,6 +193,7 @@ async def _send_as_page(client: TimedClient, case: Case, ts0: float, turn: Timed
     server's turn model holds the turn open (turn.hold), the silence that follows, until the utterance is over."""
     pcm = case.page_audio
     await client.send_audio(pcm, ts0, realtime=True, sent=client.frame_sent)
+    page_frames = len(client.frame_sent)
     turn.audio_end_sent = time.monotonic()
     await client.send(type="audio.end")
     waits = [asyncio.ensure_future(e.wait()) for e in (held, over)]
@@ -206,3 +208,4 @@ async def _send_as_page(client: TimedClient, case: Case, ts0: float, turn: Timed
         await asyncio.wait([streaming, waiting], return_when=asyncio.FIRST_COMPLETED)
         streaming.cancel()
         waiting.cancel()
+    turn.after_vad_end_ms = FRAME_MS * (len(client.frame_sent) - page_frames)
