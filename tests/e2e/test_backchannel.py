@@ -3,9 +3,10 @@
 person speaks over it: a human sentence lowers the answer, then stops it (conversation/backchannel.py).
 
 The other half, a human one-word backchannel ("oh", "right": tools/eval/backchannels.py) that lowers the answer and
-lets it go on, is on branch i41-backchannel-realstack, not here: it fails now and then (it failed in CI on "oh"), as
-the room evaluation predicts (docs/performance.md: Whisper tiny.en mishears one short word over the answer's residual
-echo, and the words then stop the answer). It comes back when that gap is closed."""
+lets it go on, is on branch i41-backchannel-realstack, not here: it fails now and then (in CI on "oh": no
+`turn.unduck` came within 30 s), as the room evaluation predicts (docs/performance.md: Whisper tiny.en mishears one
+short word over the answer's residual echo, and the words then stop the answer). It comes back when that gap is
+closed."""
 
 from __future__ import annotations
 
