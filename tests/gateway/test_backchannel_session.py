@@ -19,6 +19,17 @@ def _slow_answer(stack) -> None:
     stack.tts.chunk_delay_s = 0.04  # about 1.7 s of audio a sentence, sent over 0.8 s: still running when spoken over
 
 
+async def _answer_playing(stack, connect, words: str, words_delay_s: float = 0.0) -> Client:
+    """A /ws session whose typed question's answer is playing (slowly) when the user speaks; the recogniser will
+    hear `words`."""
+    _slow_answer(stack)
+    stack.asr.words, stack.asr.delay_s = words, words_delay_s
+    client = await connect()
+    await client.send(type="text", text="Tell me a story.")
+    await client.wait_for("audio.start")
+    return client
+
+
 def _peaks(client: Client, after: str, before: str) -> list[int]:
     """The loudest sample of each audio frame that arrived between two events."""
     i, j = client.arrivals.index(after), client.arrivals.index(before)
@@ -37,11 +48,8 @@ def _samples(client: Client) -> int:
 
 
 async def test_a_backchannel_ducks_the_answer_which_then_goes_on_whole(stack, connect) -> None:
-    _slow_answer(stack)
-    stack.asr.words, stack.asr.delay_s = "Uh-huh.", 0.3  # the answer plays on, ducked, while the words come
-    client = await connect()
-    await client.send(type="text", text="Tell me a story.")
-    await client.wait_for("audio.start")
+    # the answer plays on, ducked, while the words come
+    client = await _answer_playing(stack, connect, "Uh-huh.", words_delay_s=0.3)
     await client.send_audio(speech(0.3))
     await client.send_audio(silence(0.4))
     duck = await client.wait_for("turn.duck")
@@ -61,11 +69,7 @@ async def test_a_backchannel_ducks_the_answer_which_then_goes_on_whole(stack, co
 
 
 async def test_a_cough_with_no_words_ducks_and_resumes(stack, connect) -> None:
-    _slow_answer(stack)
-    stack.asr.words = ""
-    client = await connect()
-    await client.send(type="text", text="Tell me a story.")
-    await client.wait_for("audio.start")
+    client = await _answer_playing(stack, connect, "")
     await client.send_audio(speech(0.25))
     await client.send_audio(silence(0.4))
     await client.wait_for("turn.unduck")
@@ -76,11 +80,7 @@ async def test_a_cough_with_no_words_ducks_and_resumes(stack, connect) -> None:
 
 
 async def test_speech_longer_than_a_backchannel_cuts_the_answer_before_it_ends(stack, connect) -> None:
-    _slow_answer(stack)
-    stack.asr.words = "Yeah, wait, what colour is the cup?"
-    client = await connect()
-    await client.send(type="text", text="Tell me a story.")
-    await client.wait_for("audio.start")
+    client = await _answer_playing(stack, connect, "Yeah, wait, what colour is the cup?")
     await client.send_audio(speech(1.2))
     done = await client.wait_for("turn.done")  # the user is still speaking: no end of speech yet
     assert done["interrupted"] and "speech.ended" not in client.types()
@@ -91,11 +91,7 @@ async def test_speech_longer_than_a_backchannel_cuts_the_answer_before_it_ends(s
 
 
 async def test_a_short_cut_in_with_real_words_cuts_the_answer_at_its_end(stack, connect) -> None:
-    _slow_answer(stack)
-    stack.asr.words = "Stop."
-    client = await connect()
-    await client.send(type="text", text="Tell me a story.")
-    await client.wait_for("audio.start")
+    client = await _answer_playing(stack, connect, "Stop.")
     await client.send_audio(speech(0.3))
     await client.send_audio(silence(0.4))
     done = await client.wait_for("turn.done")
