@@ -42,6 +42,24 @@ _PARTICLES = {"in", "on", "off", "up", "out", "over", "down", "back", "around", 
               "along", "after", "before", "behind", "near", "under", "across", "like"}
 NOT_FINAL = _CONJUNCTIONS | _PREPOSITIONS | _DETERMINERS | _AUXILIARIES | _FILLERS
 
+# Unfinished clauses, the grammar beyond the last word:
+# - a sentence opened by a subordinator or a purpose "to" with no main clause after it ("To leave the conference.",
+#   "Because it rained."): Whisper writes a full stop after most pauses, so the stop does not make it complete;
+# - an auxiliary or copula followed only by an adverb ("There are currently.", "The time will be exactly.");
+# - a noun subject and its verb with nothing after ("The last caller was."), unless a wh-word or a comparison
+#   earlier makes it an embedded or elliptical ending ("I know where the station is.", "than he was.").
+_OPENERS = {"to", "if", "because", "although", "though", "unless", "whenever"}
+_VERBS_BEFORE_ADVERB = _AUXILIARIES | {"will", "would", "shall", "should", "can", "could", "may", "might", "must",
+                                       "do", "does", "did"}
+_LY_ADJECTIVES = {"likely", "unlikely", "friendly", "lovely", "early", "only", "ugly", "silly", "holy", "lonely",
+                  "daily", "weekly", "monthly", "yearly", "hourly", "elderly", "lively", "costly", "deadly", "curly",
+                  "jolly", "likely", "family", "reply", "supply", "apply", "rely", "fly", "july", "italy", "ally",
+                  "sly", "shy", "bubbly", "chilly", "smelly", "orderly", "timely", "manly", "sickly", "oily"}
+_PRONOUNS = {"i", "you", "he", "she", "it", "we", "they", "there", "that", "this", "these", "those", "who", "one",
+             "so", "which", "what", "here", "mine", "yours", "ours", "theirs", "not", "too", "yes", "no"}
+_EMBEDDING = {"what", "where", "who", "whom", "how", "why", "when", "which", "whether", "if", "than", "as", "whatever",
+              "wherever", "however", "what's", "who's"}
+
 _WORD = re.compile(r"[a-z']+")
 _TRAILING_OFF = ("...", "…", ",", ";", ":", "-", "—")
 
@@ -57,6 +75,8 @@ def verdict(text: str) -> WordVerdict:
     last = words[-1]
     if stripped.endswith("?") and (last in _PREPOSITIONS or last in _AUXILIARIES):
         return WordVerdict.COMPLETE  # "what is it made of?", "can you tell me what a rainbow is?"
+    if _unfinished_clause(_last_sentence(stripped)):
+        return WordVerdict.INCOMPLETE
     if stripped.endswith((".", "!")) and (last in _PARTICLES or last in _AUXILIARIES):
         return WordVerdict.UNSURE  # "… logged in." and "… than he was." may end a sentence
     if last in NOT_FINAL:
@@ -64,3 +84,24 @@ def verdict(text: str) -> WordVerdict:
     if stripped.endswith((".", "?", "!")):
         return WordVerdict.COMPLETE
     return WordVerdict.UNSURE
+
+
+def _last_sentence(text: str) -> list[str]:
+    """The words of the last sentence (what follows the last full stop, question or exclamation mark before the end),
+    with commas kept as their own token: whether a clause came after the comma matters."""
+    body = text.rstrip(".?!…- ")
+    cut = max(body.rfind(mark) for mark in ".?!")
+    return re.findall(r"[a-z']+|,", body[cut + 1:].lower())
+
+
+def _unfinished_clause(tokens: list[str]) -> bool:
+    words = [t for t in tokens if t != ","]
+    if len(words) < 2:
+        return False
+    if words[0] in _OPENERS and "," not in tokens and len(words) >= 3:
+        return True  # "to leave the conference", "if you could": the main clause has not come
+    last, before = words[-1], words[-2]
+    if last.endswith("ly") and last not in _LY_ADJECTIVES and before in _VERBS_BEFORE_ADVERB:
+        return True  # "there are currently", "the time will be exactly"
+    return (last in _AUXILIARIES and before not in _PRONOUNS and before not in _AUXILIARIES | {"'s"}
+            and not _EMBEDDING.intersection(words[:-1]))  # "the last caller was"
