@@ -264,19 +264,25 @@ class GatewayConfig:
     backchannel: bool = setting(
         "SOTTO_GATEWAY_BACKCHANNEL", True,
         "While an answer is heard, speech ducks it (SOTTO_GATEWAY_DUCK_DB) instead of cutting it: it is cut once the "
-        "words so far hold one that is not a backchannel, or the speech outlasts SOTTO_GATEWAY_BACKCHANNEL_MAX_MS; "
-        "an utterance that ends sooner with only backchannel words, or none (a cough, a knock), un-ducks it and is "
-        "not a turn (conversation/backchannel.py). false: any speech cuts the answer at once.")
+        "words so far hold a stop word or enough others (SOTTO_GATEWAY_INTERRUPT_MIN_WORDS), or the speech outlasts "
+        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS; an utterance that ends sooner with no such words (a backchannel, a "
+        "cough, a knock) un-ducks it and is not a turn (conversation/backchannel.py). false: any speech cuts the answer at once.")
     backchannel_words: str = setting(
         "SOTTO_GATEWAY_BACKCHANNEL_WORDS",
         "uh-huh,mm-hmm,mhm,mhmm,hmm,hm,mm,huh,yeah,yes,yep,yup,right,okay,ok,sure,uh,um,oh,ah,i see,got it,"
-        "all right,alright,really,great,good,exactly,true,cool,nice,wow,thanks,thank you",
+        "all right,alright,really,great,good,exactly,true,cool,nice,wow,thanks,thank you,oh no,oh wow",
         "Words and phrases (comma-separated, any case; Whisper's spellings like 'Uh-huh.' match) that do not cut an "
         "answer: listeners' acknowledgements, and 'thank you', the words Whisper most often gives a short noise.")
     backchannel_max_ms: int = setting(
-        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 600,
+        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 700,
         "Speech over an answer that lasts longer than this (from its start) cuts it whatever its words: longer "
         "than a backchannel lasts (see docs/performance.md).", lo=100, hi=10000)
+    stop_words: str = setting(
+        "SOTTO_GATEWAY_STOP_WORDS", "stop,wait,no,hold on,pause,hey,sorry,excuse me,cancel,enough,quiet,shh,what,why,"
+        "how,when,where,who,which", "Words (comma-separated) that cut an answer they are said over, alone.")
+    interrupt_min_words: int = setting(
+        "SOTTO_GATEWAY_INTERRUPT_MIN_WORDS", 2, "Other words cut an answer from this many on, one not a "
+        "backchannel; fewer (one short word: often a misheard backchannel) let it play on.", lo=1, hi=10)
     duck_db: float = setting("SOTTO_GATEWAY_DUCK_DB", -15.0,
                              "Gain of a ducked answer, on the audio the gateway still sends and in the page's player.",
                              lo=-60, hi=0)

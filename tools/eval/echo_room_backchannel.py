@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results/eval_echo_room_backchannel.json"))
     args = parser.parse_args()
     gw = config.load(config.GatewayConfig)
-    rule = Rule.of(gw.backchannel_words, gw.backchannel_max_ms)
+    rule = Rule.of_config(gw)
     asr = config.load(config.AsrConfig)
     folder = kit_folder()
     if folder is None:

@@ -6,13 +6,15 @@ What users complain about most after self-interruption is an assistant that stop
 1. While an answer is heard, speech the vad starts **ducks** it at once: the client is told (`TurnDuck`, gain
    SOTTO_GATEWAY_DUCK_DB) and the audio the gateway still sends of that turn is attenuated by the same gain.
 2. The answer is **cut** (a running turn is interrupted, a finished one still playing gets `TurnCut`) as soon as
-   - the recogniser's stable words so far hold a word that is in no backchannel phrase, or
+   - the recogniser's stable words so far hold a stop word (SOTTO_GATEWAY_STOP_WORDS: "stop", "wait", "no", a
+     question word), or SOTTO_GATEWAY_INTERRUPT_MIN_WORDS words or more of which one is in no backchannel phrase, or
    - the speech has gone on longer than a backchannel lasts (SOTTO_GATEWAY_BACKCHANNEL_MAX_MS from its start), or
-   - the utterance ends and its final words are not all backchannel phrases (or no words could be had: the
-     recogniser failed, so the speech is taken as meant, as before this rule).
+   - the utterance ends and its final words cut by the same test (or no words could be had: the recogniser
+     failed, so the speech is taken as meant, as before this rule).
 3. The answer is **resumed** (`TurnUnduck`: gain restored; playback never paused, so it goes on where it was) when
-   the utterance ends within that time with words that are all backchannel phrases ("Uh-huh.", "Oh, okay.") or
-   none at all (speech-like noise Whisper gives no words for). That utterance is not a turn: no answer, not in the
+   the utterance ends within that time with words that do not cut: all backchannel phrases ("Uh-huh.", "Oh,
+   okay."), a single word that is no stop word (most often a backchannel misheard in a room), or none at all
+   (speech-like noise Whisper gives no words for). That utterance is not a turn: no answer, not in the
    history, no error.
 
 In practice on a CPU the words come after the time limit for anything longer than a backchannel, so a long cut-in
@@ -29,8 +31,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from services.common.config import GatewayConfig
 
 _BRACKETED = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")  # Whisper's "[Music]", "(coughs)", "*sigh*": not words
 _NOT_LETTER = re.compile(r"[^a-z' ]+")
@@ -75,18 +81,38 @@ class Verdict(Enum):
     RESUMED = "resumed"  # the answer's gain comes back; the utterance is not a turn
 
 
+def contains(words: list[str], phrases: tuple[tuple[str, ...], ...]) -> bool:
+    """Some phrase occurs in the words, whole and in order ("hold on" in "oh hold on")."""
+    return any(tuple(words[i:i + len(p)]) == p for p in phrases for i in range(len(words) - len(p) + 1))
+
+
 @dataclass(frozen=True)
 class Rule:
     phrases: tuple[tuple[str, ...], ...]
     max_s: float          # SOTTO_GATEWAY_BACKCHANNEL_MAX_MS, in seconds
+    stops: tuple[tuple[str, ...], ...] = ()  # SOTTO_GATEWAY_STOP_WORDS: cut alone
+    min_words: int = 1    # SOTTO_GATEWAY_INTERRUPT_MIN_WORDS: other words cut from this many on
 
     @classmethod
-    def of(cls, listed: str, max_ms: int) -> Rule:
-        return cls(phrases=phrases_of(listed), max_s=max_ms / 1000.0)
+    def of(cls, listed: str, max_ms: int, stops: str = "", min_words: int = 1) -> Rule:
+        return cls(phrases=phrases_of(listed), max_s=max_ms / 1000.0, stops=phrases_of(stops), min_words=min_words)
+
+    @classmethod
+    def of_config(cls, gw: GatewayConfig) -> Rule:
+        return cls.of(gw.backchannel_words, gw.backchannel_max_ms, gw.stop_words, gw.interrupt_min_words)
+
+    def _cuts(self, words: list[str]) -> bool:
+        """Pipecat's minimum-words strategy, with a list of words that cut alone: one short word over the answer is
+        most often a backchannel the recogniser got wrong ("right" heard as "Bye.", "oh" as "Boom."), while a request
+        to stop, or a question word, is meant."""
+        if contains(words, self.stops):
+            return True
+        return len(words) >= self.min_words and foreign_word(words, self.phrases)
 
     def on_words(self, stable: str) -> Verdict:
         """The recogniser's stable words so far, while the speech goes on."""
-        return Verdict.CUT if foreign_word(words_of(stable), self.phrases) else Verdict.DUCKED
+        words = words_of(stable)
+        return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.DUCKED
 
     def on_time(self, speech_s: float) -> Verdict:
         """The speech has lasted `speech_s` and goes on."""
@@ -96,7 +122,8 @@ class Rule:
         """The utterance ended after `speech_s` with these final words (None: the recogniser gave none, failed)."""
         if final is None or speech_s > self.max_s:
             return Verdict.CUT
-        return Verdict.RESUMED if all_backchannel(words_of(final), self.phrases) else Verdict.CUT
+        words = words_of(final)
+        return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.RESUMED
 
 
 class SpeechExtent:

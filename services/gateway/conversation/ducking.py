@@ -50,7 +50,7 @@ class Ducking:
     def __init__(self, gw: config.GatewayConfig, *, send: Callable[[events.Event], None],
                  on_cut: Callable[[Turn], None], announce: Callable[[float], None]) -> None:
         """Off (SOTTO_GATEWAY_BACKCHANNEL=false): `enabled` is False, and the session cuts at once as before."""
-        self.rule = Rule.of(gw.backchannel_words, gw.backchannel_max_ms) if gw.backchannel else None
+        self.rule = Rule.of_config(gw) if gw.backchannel else None
         self.gain_db = gw.duck_db
         self._gain = float(10 ** (gw.duck_db / 20))
         self._send = send
