@@ -3,7 +3,10 @@
 (services.gateway.conversation.utterance_join).
 
     python -m tools.eval.word_turns [--out bench/results/eval_word_turns.json] [--answer-latency-ms 1000]
-                                    [--stride 4] [--before-turn-silence-ms 200]
+                                    [--stride 4] [--before-turn-silence-ms 200] [--stopped-midway 40]
+
+`--stopped-midway N` adds a held-out check (tools/eval/truncated_speech.py): N complete prompts the stride skips, cut
+after their middle word, summarised apart.
 
 Every clip of tools.eval.human_speech (Asterisk prompts, some of which trail off, and LibriVox read speech with
 mid-sentence pauses) is streamed, with 2 s of silence after it, through the vad's own engine (real Silero, real
@@ -44,6 +47,7 @@ from services.vad.engine import SileroVad, SpeechEventKind, VadSettings
 from services.vad.loading import default_settings, load_model
 from services.vad.smart_turn import SmartTurn, default_model_path
 from tools.eval.human_speech import INCOMPLETE, Clip, clips
+from tools.eval.truncated_speech import held_out, stopped_midway
 
 RATE = 16000
 CHUNK = RATE // 50
@@ -155,6 +159,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="evaluate only the first N clips (0: all)")
     parser.add_argument("--stride", type=int, default=1,
                         help="every Nth complete Asterisk prompt (the incomplete ones and the read speech always)")
+    parser.add_argument("--stopped-midway", type=int, default=0,
+                        help="also N complete prompts the stride skips, cut after their middle word "
+                             "(tools/eval/truncated_speech.py: a held-out check), summarised apart (0: none)")
     parser.add_argument("--before-turn-silence-ms", type=int, default=0,
                         help="also run, on the same clips in the same run, the vad as it was before guesses: the "
                              "turn model asked at this turn silence, its time added (0: do not)")
@@ -177,10 +184,12 @@ def main() -> None:
             return heard[key]
         return words_at
 
-    got = [c for i, c in enumerate(clips()) if c.label == INCOMPLETE or not c.id.startswith("asterisk/")
+    every = clips()
+    got = [c for i, c in enumerate(every) if c.label == INCOMPLETE or not c.id.startswith("asterisk/")
            or i % args.stride == 0]
     if args.limit:
         got = got[: args.limit]
+    midway = stopped_midway(held_out(every, {c.id for c in got}), args.stopped_midway) if args.stopped_midway else []
     runs = {"defaults": (settings, True)}
     if args.before_turn_silence_ms:
         before = config.exit_on_error(lambda: default_settings(replace(vad_cfg,
@@ -191,12 +200,18 @@ def main() -> None:
               "asr_model": str(engine.model_dir.name), "runs": {}}
     for name, (run_settings, guess) in runs.items():
         results = []
-        for clip in got:
+        for clip in got + midway:
             events = vad_run(vad, turn_model, run_settings, np.concatenate([clip.audio, tail]), guess)
             results.append(judge(clip, events, words_of(clip), vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
-        summary = summarise(results, args.answer_latency_ms)
+        played = [r for r in results if "#to-word-" not in r["id"]]
+        summary = summarise(played, args.answer_latency_ms)
         report["runs"][name] = {"vad_settings": run_settings.__dict__, "guess": guess, "summary": summary,
                                 "results": results}
+        if midway:
+            held = summarise([r for r in results if "#to-word-" in r["id"]], args.answer_latency_ms)
+            report["runs"][name]["stopped_midway"] = held
+            print(f"  held out, {len(midway)} complete prompts stopped after their middle word: cut by the audio "
+                  f"model alone {held['audio']['cut']}, with the words {held['words']['cut']}")
         print(f"{name}: turn silence {run_settings.turn_silence_ms} ms, guess {'on' if guess else 'off'}; "
               f"{summary['incomplete_clips']} of {summary['clips']} clips trail off")
         for rule in ("audio", "words", "words_join"):
