@@ -120,12 +120,11 @@ class LlmConfig:
                               "auto serves on the CPU and gpu stops with an error (docs/gpu.md).")
     gpu_check_tokens: int = setting("SOTTO_LLM_GPU_CHECK_TOKENS", 8,
                                     "Tokens of the self-check's greedy reply that must equal the CPU's.", lo=1, hi=256)
-    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto",
-                                  "Vision encoder backend (auto: the main backend's).",
-                                  choices=("auto", "cpu", "gpu"))
+    vision_backend: str = setting("SOTTO_LLM_VISION_BACKEND", "auto", "Vision encoder backend (auto: the main "
+                                  "backend's).", choices=("auto", "cpu", "gpu"))
     threads: int = setting("SOTTO_LLM_THREADS", 0, "CPU threads (0: all cores).", lo=0, hi=256)
-    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).",
-                                  lo=256, hi=131072)
+    context_tokens: int = setting("SOTTO_LLM_CONTEXT_TOKENS", 4096, "Context size (KV cache tokens).", lo=256,
+                                  hi=131072)
     max_new_tokens: int = setting("SOTTO_LLM_MAX_NEW_TOKENS", 25, "Default reply length cap.", lo=1, hi=8192)
     temperature: float = setting("SOTTO_LLM_TEMPERATURE", 0.7, "Default sampling temperature.", lo=0.0, hi=2.0)
     top_p: float = setting("SOTTO_LLM_TOP_P", 0.9, "Default nucleus sampling mass.", lo=0.0, hi=1.0)
@@ -144,8 +143,8 @@ class LlmConfig:
     max_image_pixels: int = setting("SOTTO_LLM_MAX_IMAGE_PIXELS", 4096 * 4096,
                                     "Largest accepted image (width*height; blocks decompression bombs).",
                                     lo=1024, hi=100_000_000)
-    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "Conversations (KV caches) kept for reuse.",
-                                lo=1, hi=1024)
+    max_sessions: int = setting("SOTTO_LLM_MAX_SESSIONS", 16, "KV caches of conversations kept for reuse.", lo=1,
+                                hi=1024)
 
 
 @dataclass(frozen=True)
@@ -265,8 +264,8 @@ class GatewayConfig:
         "SOTTO_GATEWAY_BACKCHANNEL", True,
         "While an answer is heard, speech ducks it (SOTTO_GATEWAY_DUCK_DB) instead of cutting it: it is cut once the "
         "words so far hold a stop word or enough others (SOTTO_GATEWAY_INTERRUPT_MIN_WORDS), or the speech outlasts "
-        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS; an utterance that ends sooner with no such words (a backchannel, a "
-        "cough, a knock) un-ducks it and is not a turn (conversation/backchannel.py). false: any speech cuts the answer at once.")
+        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS; an utterance that ends sooner with no such words (a backchannel, a cough, "
+        "a knock) un-ducks it and is not a turn (conversation/backchannel.py). false: any speech cuts it at once.")
     backchannel_words: str = setting(
         "SOTTO_GATEWAY_BACKCHANNEL_WORDS",
         "uh-huh,mm-hmm,mhm,mhmm,hmm,hm,mm,huh,yeah,yes,yep,yup,right,okay,ok,sure,uh,um,oh,ah,i see,got it,"
@@ -274,7 +273,7 @@ class GatewayConfig:
         "Words and phrases (comma-separated, any case; Whisper's spellings like 'Uh-huh.' match) that do not cut an "
         "answer: listeners' acknowledgements, and 'thank you', the words Whisper most often gives a short noise.")
     backchannel_max_ms: int = setting(
-        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 700,
+        "SOTTO_GATEWAY_BACKCHANNEL_MAX_MS", 600,
         "Speech over an answer that lasts longer than this (from its start) cuts it whatever its words: longer "
         "than a backchannel lasts (see docs/performance.md).", lo=100, hi=10000)
     stop_words: str = setting(
@@ -283,9 +282,10 @@ class GatewayConfig:
     interrupt_min_words: int = setting(
         "SOTTO_GATEWAY_INTERRUPT_MIN_WORDS", 2, "Other words cut an answer from this many on, one not a "
         "backchannel; fewer (one short word: often a misheard backchannel) let it play on.", lo=1, hi=10)
-    duck_db: float = setting("SOTTO_GATEWAY_DUCK_DB", -15.0,
-                             "Gain of a ducked answer, on the audio the gateway still sends and in the page's player.",
-                             lo=-60, hi=0)
+    max_words_per_s: float = setting("SOTTO_GATEWAY_BACKCHANNEL_MAX_WORDS_PER_S", 7.0, "Words a second beyond which a "
+                                     "short sound's words are Whisper's invention, taken as none.", lo=1, hi=50)
+    duck_db: float = setting("SOTTO_GATEWAY_DUCK_DB", -15.0, "Gain of a ducked answer, on the audio the gateway "
+                             "still sends and in the page's player.", lo=-60, hi=0)
     preroll_ms: int = setting("SOTTO_PREROLL_MS", 300, "Audio kept before the detected speech start.", lo=0, hi=2000)
     max_turn_audio_s: float = setting("SOTTO_MAX_TURN_AUDIO_S", 30.0, "Longest utterance accepted.", lo=1, hi=300)
     max_message_bytes: int = setting("SOTTO_GATEWAY_MAX_MESSAGE_BYTES", 65536, "Largest JSON message.",

@@ -2,7 +2,8 @@
 microphone hears the answer from a loudspeaker, make the answer stop itself, and how soon does a person speaking
 over the answer stop it?
 
-    python -m tools.eval.echo_wires [--answers 20] [--cut-ins 20] [--level=-12] [--wires ws,ws-no-canceller,realtime]
+    python -m tools.eval.echo_wires [--answers 20] [--cut-ins 20] [--backchannels 0] [--level=-12]
+                                    [--wires ws,ws-no-canceller,realtime]
     (make eval-echo-wires)
 
 Unlike tools.eval.echo_room (the canceller and the vad replayed in one process), everything on the server side here
@@ -25,7 +26,9 @@ STACK_ENV), so that every answer carries seconds of echo; the echo path does not
 - cut-ins: a person (human speech, the Asterisk prompts) speaks over the answer 1 s into its playback: from their
   first word to the client stopping playback, p50 / p95, and misses (the answer played on); and, where the gateway
   first lowers the answer (`turn.duck` on `/ws`: speech it has not yet judged a cut-in or a backchannel,
-  conversation/backchannel.py), to its ducking. Answers the echo ducked without stopping are counted beside.
+  conversation/backchannel.py), to its ducking. Answers the echo ducked without stopping are counted beside;
+- backchannels (`--backchannels N`): a human "oh" or "right" (tools/eval/backchannels.py) over the answer 1 s into
+  its playback: answers it stopped, and on `/ws` those the gateway un-ducked (`turn.unduck`).
 """
 
 from __future__ import annotations
@@ -252,7 +255,7 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def evaluate(stack: RealStack, wires: list[str], answers: int, people: list[np.ndarray], level: float,
-                   person_dbfs: float) -> dict:
+                   person_dbfs: float, backchannels: list[np.ndarray] = ()) -> dict:
     acoustics = Acoustics.of(echo_room.Room(), person_dbfs + level)
     report: dict = {}
     for wire in wires:
@@ -274,7 +277,16 @@ async def evaluate(stack: RealStack, wires: list[str], answers: int, people: lis
                 stops.append(round((run.stopped_at - spoke_at) * 1000))
             else:
                 missed += 1
-        report[wire] = {"answers": answers, "self_interruptions": len(alone), "ducked_by_echo": ducked,
+        stopped_by_backchannel, unducked = [], 0
+        for i, sound in enumerate(backchannels):
+            run, spoke_at = await converse(stack, wire, PROMPTS[i % len(PROMPTS)],
+                                           RoomPlayer(acoustics, seed=100 + i), sound, person_dbfs)
+            unducked += any(kind == "turn.unduck" for _, kind in run.events)
+            if run.stopped_at is not None and run.stopped_at >= spoke_at:
+                stopped_by_backchannel.append(f"backchannel {i}: {run.stop_event}")
+        report[wire] = {"backchannels": len(backchannels), "backchannels_stopped": len(stopped_by_backchannel),
+                        "backchannels_unducked": unducked, "stopped_by_backchannel": stopped_by_backchannel,
+                        "answers": answers, "self_interruptions": len(alone), "ducked_by_echo": ducked,
                         "self_interrupted": alone, "cut_ins": len(people),
                         "stopped": len(stops), "missed": missed, "stopped_itself_first": first,
                         "stop_p50_ms": percentile(stops, 50), "stop_p95_ms": percentile(stops, 95),
@@ -285,10 +297,13 @@ async def evaluate(stack: RealStack, wires: list[str], answers: int, people: lis
 
 
 def main() -> None:
+    from tools.eval.backchannels import backchannels
     from tools.eval.human_speech import COMPLETE, asterisk_clips
     parser = argparse.ArgumentParser(description="Echo and cut-ins in a simulated room, through the sockets.")
     parser.add_argument("--answers", type=int, default=20, help="answers with the echo alone, per wire")
     parser.add_argument("--cut-ins", type=int, default=20, help="people speaking over an answer, per wire")
+    parser.add_argument("--backchannels", type=int, default=0,
+                        help="human backchannels (tools/eval/backchannels.py, cycled) over an answer, per wire")
     parser.add_argument("--level", type=float, default=-12.0, help="echo level in dB relative to the person")
     parser.add_argument("--person-dbfs", type=float, default=-26.0, help="the person's speech level at the mic")
     parser.add_argument("--wires", type=lambda t: t.split(","), default=list(WIRES), help=",".join(WIRES))
@@ -297,17 +312,21 @@ def main() -> None:
     if args.answers < 0 or args.cut_ins < 0 or not set(args.wires) <= set(WIRES):
         parser.error(f"--answers and --cut-ins must be at least 0; --wires is a comma list of {', '.join(WIRES)}")
     people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    human = backchannels() if args.backchannels else []
+    said = [human[i % len(human)].audio for i in range(args.backchannels)]
     with tempfile.TemporaryDirectory(prefix="sotto-echo-wires-") as tmp:
         stack = start_stack(Path(tmp), **stack_env())
         try:
             started = time.strftime("%Y-%m-%dT%H:%M:%S")
-            results = asyncio.run(evaluate(stack, args.wires, args.answers, people, args.level, args.person_dbfs))
+            results = asyncio.run(evaluate(stack, args.wires, args.answers, people, args.level, args.person_dbfs,
+                                           said))
         finally:
             stop_stack(stack)
     report = {"machine": platform.machine(), "started": started, "room": echo_room.Room().__dict__,
               "echo_db": args.level, "person_dbfs": args.person_dbfs, "output_latency_s": OUTPUT_LATENCY_S,
               "configuration": "bench-only: SmolLM2, at most 30 tokens, greedy, no history (tools.eval.echo)",
-              "people": f"{len(people)} Asterisk prompts (human speech)", "wires": results}
+              "people": f"{len(people)} Asterisk prompts (human speech)",
+              "backchannels": [h.name for h in human], "wires": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
     print(f"saved {args.out}")

@@ -14,8 +14,9 @@ What users complain about most after self-interruption is an assistant that stop
 3. The answer is **resumed** (`TurnUnduck`: gain restored; playback never paused, so it goes on where it was) when
    the utterance ends within that time with words that do not cut: all backchannel phrases ("Uh-huh.", "Oh,
    okay."), a single word that is no stop word (most often a backchannel misheard in a room), or none at all
-   (speech-like noise Whisper gives no words for). That utterance is not a turn: no answer, not in the
-   history, no error.
+   (speech-like noise Whisper gives no words for, or more words than a person says in the sound's length:
+   SOTTO_GATEWAY_BACKCHANNEL_MAX_WORDS_PER_S, Whisper inventing a sentence for half a second of sound). That
+   utterance is not a turn: no answer, not in the history, no error.
 
 In practice on a CPU the words come after the time limit for anything longer than a backchannel, so a long cut-in
 is cut by its length and the words decide short ones ("Stop." at its end). LiveKit's `resume_false_interruption`
@@ -92,14 +93,25 @@ class Rule:
     max_s: float          # SOTTO_GATEWAY_BACKCHANNEL_MAX_MS, in seconds
     stops: tuple[tuple[str, ...], ...] = ()  # SOTTO_GATEWAY_STOP_WORDS: cut alone
     min_words: int = 1    # SOTTO_GATEWAY_INTERRUPT_MIN_WORDS: other words cut from this many on
+    max_words_per_s: float = float("inf")  # SOTTO_GATEWAY_BACKCHANNEL_MAX_WORDS_PER_S
 
     @classmethod
-    def of(cls, listed: str, max_ms: int, stops: str = "", min_words: int = 1) -> Rule:
-        return cls(phrases=phrases_of(listed), max_s=max_ms / 1000.0, stops=phrases_of(stops), min_words=min_words)
+    def of(cls, listed: str, max_ms: int, stops: str = "", min_words: int = 1,
+           max_words_per_s: float = float("inf")) -> Rule:
+        return cls(phrases=phrases_of(listed), max_s=max_ms / 1000.0, stops=phrases_of(stops), min_words=min_words,
+                   max_words_per_s=max_words_per_s)
 
     @classmethod
     def of_config(cls, gw: GatewayConfig) -> Rule:
-        return cls.of(gw.backchannel_words, gw.backchannel_max_ms, gw.stop_words, gw.interrupt_min_words)
+        return cls.of(gw.backchannel_words, gw.backchannel_max_ms, gw.stop_words, gw.interrupt_min_words,
+                      gw.max_words_per_s)
+
+    def _heard(self, text: str, speech_s: float) -> list[str]:
+        """The words, unless there are more than anyone says in `speech_s`: Whisper, given half a second of a
+        backchannel over a room's echo, can write a whole sentence ("We're going to have to burn." for "right"),
+        and a sentence a person did not say must not stop the answer."""
+        words = words_of(text)
+        return [] if len(words) > max(1.0, self.max_words_per_s * speech_s) else words
 
     def _cuts(self, words: list[str]) -> bool:
         """Pipecat's minimum-words strategy, with a list of words that cut alone: one short word over the answer is
@@ -109,9 +121,9 @@ class Rule:
             return True
         return len(words) >= self.min_words and foreign_word(words, self.phrases)
 
-    def on_words(self, stable: str) -> Verdict:
-        """The recogniser's stable words so far, while the speech goes on."""
-        words = words_of(stable)
+    def on_words(self, stable: str, speech_s: float = float("inf")) -> Verdict:
+        """The recogniser's stable words so far, while the speech goes on (`speech_s` of it so far)."""
+        words = self._heard(stable, speech_s)
         return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.DUCKED
 
     def on_time(self, speech_s: float) -> Verdict:
@@ -122,7 +134,7 @@ class Rule:
         """The utterance ended after `speech_s` with these final words (None: the recogniser gave none, failed)."""
         if final is None or speech_s > self.max_s:
             return Verdict.CUT
-        words = words_of(final)
+        words = self._heard(final, speech_s)
         return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.RESUMED
 
 

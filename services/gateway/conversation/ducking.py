@@ -91,7 +91,7 @@ class Ducking:
     def stable(self, text: str) -> None:
         """The recogniser's stable words of the speech being judged."""
         if (j := self._current()) is not None and self.rule is not None and \
-                self.rule.on_words(text) is Verdict.CUT:
+                self.rule.on_words(text, j.extent.seconds) is Verdict.CUT:
             self._cut(j, "words")
 
     def speech_ended(self) -> Judged | None:
