@@ -132,7 +132,7 @@ eval-echo-room: install system-deps models-offline
 	$(PY) -m tools.eval.echo_room_backchannel
 
 eval-echo-wires: install system-deps web-assets models-offline
-	$(PY) -m tools.eval.echo_wires
+	$(PY) -m tools.eval.echo_wires --backchannels 10
 
 report: install
 	$(PY) -m tools.report
