@@ -4,10 +4,12 @@ model (the vad service's smart-turn).
 Read speech pauses at commas and before clauses; the audio model, hearing a falling pitch there, calls such a pause
 complete and the user is cut mid-sentence. The words settle many of these cases: a phrase that stops on a
 conjunction, a preposition, an article, a possessive or an auxiliary cannot be the end of what was meant ("I went to
-the", "and then, um"), while one that ends in sentence punctuation on a content word can. This is the idea of
-LiveKit's text turn detector (a language model over the transcript) reduced to the closed word classes where it is
-nearly always right, so it costs microseconds and needs no model; where the words say neither, the audio model's
-verdict stands.
+the", "and then, um"), nor can a clause still waiting for its main clause or its complement ("To leave the
+conference.", "There are currently."), while one that ends in sentence punctuation on a content word can. This is the
+idea of LiveKit's text turn detector (a language model over the transcript) reduced to the closed word classes and
+clause shapes where it is nearly always right, so it costs microseconds and needs no model (SmolLM2 through LiteRT-LM
+needs 400-600 ms for the prefill alone on a 2-core CPU, docs/performance.md); where the words say neither, the audio
+model's verdict stands.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ _VERBS_BEFORE_ADVERB = _AUXILIARIES | {"will", "would", "shall", "should", "can"
                                        "do", "does", "did"}
 _LY_ADJECTIVES = {"likely", "unlikely", "friendly", "lovely", "early", "only", "ugly", "silly", "holy", "lonely",
                   "daily", "weekly", "monthly", "yearly", "hourly", "elderly", "lively", "costly", "deadly", "curly",
-                  "jolly", "likely", "family", "reply", "supply", "apply", "rely", "fly", "july", "italy", "ally",
+                  "jolly", "family", "reply", "supply", "apply", "rely", "fly", "july", "italy", "ally",
                   "sly", "shy", "bubbly", "chilly", "smelly", "orderly", "timely", "manly", "sickly", "oily"}
 _PRONOUNS = {"i", "you", "he", "she", "it", "we", "they", "there", "that", "this", "these", "those", "who", "one",
              "so", "which", "what", "here", "mine", "yours", "ours", "theirs", "not", "too", "yes", "no"}
