@@ -199,16 +199,16 @@ def main() -> None:
     report = {"machine": platform.machine(), "stride": args.stride, "processor": platform.processor(),
               "asr_model": str(engine.model_dir.name), "runs": {}}
     for name, (run_settings, guess) in runs.items():
-        results = []
-        for clip in got + midway:
-            events = vad_run(vad, turn_model, run_settings, np.concatenate([clip.audio, tail]), guess)
-            results.append(judge(clip, events, words_of(clip), vad_cfg.max_turn_silence_ms, args.answer_latency_ms))
-        played = [r for r in results if "#to-word-" not in r["id"]]
-        summary = summarise(played, args.answer_latency_ms)
+        def judged(chosen: list[Clip]) -> list[dict]:
+            return [judge(clip, vad_run(vad, turn_model, run_settings, np.concatenate([clip.audio, tail]), guess),
+                          words_of(clip), vad_cfg.max_turn_silence_ms, args.answer_latency_ms) for clip in chosen]
+
+        results, held_results = judged(got), judged(midway)
+        summary = summarise(results, args.answer_latency_ms)
         report["runs"][name] = {"vad_settings": run_settings.__dict__, "guess": guess, "summary": summary,
-                                "results": results}
+                                "results": results + held_results}
         if midway:
-            held = summarise([r for r in results if "#to-word-" in r["id"]], args.answer_latency_ms)
+            held = summarise(held_results, args.answer_latency_ms)
             report["runs"][name]["stopped_midway"] = held
             print(f"  held out, {len(midway)} complete prompts stopped after their middle word: cut by the audio "
                   f"model alone {held['audio']['cut']}, with the words {held['words']['cut']}")

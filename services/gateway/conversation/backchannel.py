@@ -116,15 +116,16 @@ class Rule:
     def _cuts(self, words: list[str]) -> bool:
         """Pipecat's minimum-words strategy, with a list of words that cut alone: one short word over the answer is
         most often a backchannel the recogniser got wrong ("right" heard as "Bye.", "oh" as "Boom."), while a request
-        to stop, or a question word, is meant."""
+        to stop, or a question word, is meant. Backchannel phrases said whole never cut ("oh no")."""
+        if all_backchannel(words, self.phrases):
+            return False
         if contains(words, self.stops):
             return True
         return len(words) >= self.min_words and foreign_word(words, self.phrases)
 
     def on_words(self, stable: str, speech_s: float = float("inf")) -> Verdict:
         """The recogniser's stable words so far, while the speech goes on (`speech_s` of it so far)."""
-        words = self._heard(stable, speech_s)
-        return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.DUCKED
+        return Verdict.CUT if self._cuts(self._heard(stable, speech_s)) else Verdict.DUCKED
 
     def on_time(self, speech_s: float) -> Verdict:
         """The speech has lasted `speech_s` and goes on."""
@@ -134,8 +135,7 @@ class Rule:
         """The utterance ended after `speech_s` with these final words (None: the recogniser gave none, failed)."""
         if final is None or speech_s > self.max_s:
             return Verdict.CUT
-        words = self._heard(final, speech_s)
-        return Verdict.CUT if not all_backchannel(words, self.phrases) and self._cuts(words) else Verdict.RESUMED
+        return Verdict.CUT if self._cuts(self._heard(final, speech_s)) else Verdict.RESUMED
 
 
 class SpeechExtent:
