@@ -3,6 +3,7 @@ interrupt itself, and how soon does a real cut-in stop the answer?
 
     python -m tools.eval.echo [--answers 10] [--cut-ins 10] [--levels=-30,-20,-12] [--out bench/results/eval_echo.json]
     (make eval-echo)
+    python -m tools.eval.echo --room [--backchannels 10] --modes gate --levels=-12 --cut-in-level=-12
 
 The real stack (tools.stack: vad, llm on SmolLM2, tts on Piper's English voice, gateway) and the real page in
 headless Chromium, whose microphone also hears the answer being played (tools.eval.echo_page), delayed 20-50 ms and
@@ -14,6 +15,12 @@ SOTTO_VAD_THRESHOLD and SOTTO_VAD_MIN_SPEECH_MS: any utterance interrupts).
 - self-interruptions: typed questions whose answers play with the echo and no user speech; any barge-in is one;
 - cut-in to stop: while an answer plays (echo at --cut-in-level, -20 dB), the user says a short interruption 0.5 s in;
   from the start of the user's speech to the page's playback stopped, p50 / p95, and misses (the answer played on).
+
+`--room`: the client with its own VAD in tools.eval.echo_room's room. The answer reaches the microphone through the
+room's impulse response from the loudspeaker (pyroomacoustics, RT60 about 0.3 s), with the room's noise; the user is
+a person (human speech: the Asterisk prompts) a metre away, through the room, at -26 dBFS; and `--backchannels N`
+human "oh" and "right" (tools/eval/backchannels.py) 1 s into an answer: answers they stopped. As without it, no
+browser echo cancellation is applied (fake capture): the echo level is what the browser's canceller left.
 """
 
 from __future__ import annotations
@@ -23,15 +30,18 @@ import asyncio
 import json
 import platform
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import soxr
 
 from services.common import config
 from services.gateway.client import GatewayClient
 from services.tts.models import piper_voices
 from tools.bench.run import instruct_model
-from tools.eval.echo_page import Answer, echo_page, set_echo, spoken_turn, typed_answer
+from tools.eval import echo_room
+from tools.eval.echo_page import Answer, echo_page, mic_rate, set_echo, set_room, spoken_turn, typed_answer
 from tools.speech import speak
 from tools.stack import RealStack, start_stack, stop_stack
 
@@ -41,6 +51,10 @@ PROMPTS = ("Tell me about the sea.", "Describe a sunny morning in the city.", "W
            "Tell me a short story about a lighthouse.", "Why do people enjoy music?",
            "Explain how a train works.", "What is a good breakfast?", "Tell me about the mountains in winter.")
 CUT_IN_AFTER_S = 0.5  # into the answer
+BACKCHANNEL_AFTER_S = 1.0  # into the answer, as tools.eval.echo_wires
+RATE_16K = 16000  # the room's and the human recordings'
+ANSWER_RATE = 24000  # Piper's, as echo_room synthesises the answers
+PERSON_DBFS = -26.0  # the person's speech at the microphone, with --room (as tools.eval.echo_wires)
 MISS_S = 1.5  # an answer that plays on this long after a cut-in was not stopped by it
 GREETING = ("Hello Sotto, can you hear me?", "en-us")
 CUT_INS = (("Wait, what colour is the cup?", "en-us"), ("Stop, tell me about the moon instead.", "en-gb"),
@@ -88,13 +102,54 @@ def _answer_json(answer: Answer, **extra: object) -> dict:
             "cut_in_to_stop_ms": answer.cut_in_to_stop_ms, **extra}
 
 
+@dataclass(frozen=True)
+class PageRoom:
+    """The room the page's microphone is in: the loudspeaker's impulse response and the noise, at RATE_16K."""
+
+    impulse: np.ndarray
+    noise_dbfs: float
+
+    @property
+    def gain_db(self) -> float:
+        """How much louder the room makes the answer at the microphone (its active level through the room)."""
+        answer = soxr.resample(echo_room.synthesise(echo_room.ANSWERS[:1])[0].astype(np.float64), ANSWER_RATE,
+                               RATE_16K)
+        return active_dbfs(np.convolve(answer, self.impulse), RATE_16K) - active_dbfs(answer, RATE_16K)
+
+    async def install(self, page) -> None:
+        rate = await mic_rate(page)
+        impulse = soxr.resample(self.impulse, RATE_16K, rate) * RATE_16K / rate
+        noise = np.random.default_rng(0).standard_normal(2 * rate) * 10 ** (self.noise_dbfs / 20)
+        await set_room(page, impulse, noise)
+
+
+def room_speech(room: echo_room.Room, cut_ins: int, backchannels: int) -> tuple[list, list]:
+    """A greeting and the cut-ins (complete Asterisk prompts of 1-3 s), and the backchannels, as the microphone
+    hears a person a metre away: through the room, at PERSON_DBFS."""
+    from tools.eval.backchannels import backchannels as human_backchannels
+    from tools.eval.human_speech import COMPLETE, asterisk_clips
+    person = room.impulse(room.person)
+
+    def heard(audio: np.ndarray) -> tuple[np.ndarray, int]:
+        x = echo_room.at_level(np.convolve(audio.astype(np.float64), person), PERSON_DBFS)
+        return np.clip(np.rint(x), -32768, 32767).astype(np.int16), RATE_16K
+
+    said = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: cut_ins + 1]
+    sounds = human_backchannels() if backchannels else []
+    return [heard(a) for a in said], [heard(sounds[i % len(sounds)].audio) for i in range(backchannels)]
+
+
 async def run_mode(stack: RealStack, levels: list[float], answers: int, cut_ins: int, cut_level: float,
-                   speech: list[tuple[np.ndarray, int]], gain_db: dict[float, float]) -> dict:
-    """The user greets Sotto (the page learns their level), then the answers with echo, then the cut-ins."""
+                   speech: list[tuple[np.ndarray, int]], gain_db: dict[float, float], room: PageRoom | None = None,
+                   backchannels: list[tuple[np.ndarray, int]] = ()) -> dict:
+    """The user greets Sotto (the page learns their level), then the answers with echo, the cut-ins, and the
+    backchannels."""
     greeting, speech = speech[0], speech[1:]
     report: dict = {"levels": {}, "cut_in": {}}
     async with echo_page(stack.http_url + "/") as page:
         await set_echo(page, None, 0)
+        if room is not None:
+            await room.install(page)
         await spoken_turn(page, *greeting)
         for level in levels:
             runs = []
@@ -114,7 +169,8 @@ async def run_mode(stack: RealStack, levels: list[float], answers: int, cut_ins:
             await set_echo(page, gain_db[cut_level], DELAYS_MS[i % len(DELAYS_MS)])
             answer = await typed_answer(page, PROMPTS[i % len(PROMPTS)], cut_in=speech[i % len(speech)],
                                         cut_in_after_s=CUT_IN_AFTER_S)
-            runs.append(_answer_json(answer, phrase=CUT_INS[i % len(CUT_INS)][0], said=answer.said_at_ms is not None))
+            runs.append(_answer_json(answer, phrase=CUT_INS[i % len(CUT_INS)][0] if room is None else None,
+                                     said=answer.said_at_ms is not None))
             print(f"  cut-in {i + 1}/{cut_ins}: " + ("interrupted itself first" if answer.interrupted_itself else
                   f"{answer.played_s:.1f} s played, cut-in to stop {answer.cut_in_to_stop_ms} ms"), flush=True)
         # a cut-in counts where it stopped the answer or the answer played on for MISS_S after it; an answer that
@@ -128,6 +184,17 @@ async def run_mode(stack: RealStack, levels: list[float], answers: int, cut_ins:
                             "p50_ms": round(float(np.percentile(stops, 50))) if len(stops) else None,
                             "p95_ms": round(float(np.percentile(stops, 95))) if len(stops) else None,
                             "max_ms": round(float(stops.max())) if len(stops) else None, "runs": runs}
+        runs = []
+        for i, sound in enumerate(backchannels):
+            await set_echo(page, gain_db[cut_level], DELAYS_MS[i % len(DELAYS_MS)])
+            answer = await typed_answer(page, PROMPTS[i % len(PROMPTS)], cut_in=sound,
+                                        cut_in_after_s=BACKCHANNEL_AFTER_S)
+            runs.append(_answer_json(answer, said=answer.said_at_ms is not None))
+            print(f"  backchannel {i + 1}/{len(backchannels)}: " + ("STOPPED THE ANSWER" if answer.interrupted else
+                  f"{answer.played_s:.1f} s played"), flush=True)
+        said = [r for r in runs if r["said"] and not r["interrupted_itself"]]
+        report["backchannel"] = {"echo_db": cut_level, "said": len(said),
+                                 "stopped": sum(r["interrupted"] for r in said), "runs": runs}
     return report
 
 
@@ -139,10 +206,14 @@ def main() -> None:
                         help="echo levels in dB relative to the user's speech")
     parser.add_argument("--cut-in-level", type=float, default=-20.0, help="echo level during the cut-ins, in dB")
     parser.add_argument("--modes", type=lambda t: t.split(","), default=["gate", "probability_gate", "no_gate"])
+    parser.add_argument("--room", action="store_true", help="the page's microphone in a simulated room, human speech")
+    parser.add_argument("--backchannels", type=int, default=0, help="human backchannels over an answer (--room)")
     parser.add_argument("--out", type=Path, default=Path("bench/results/eval_echo.json"))
     args = parser.parse_args()
-    if args.answers < 1 or args.cut_ins < 0 or not args.levels:
-        parser.error("--answers must be at least 1, --cut-ins at least 0, --levels not empty")
+    if args.answers < 1 or args.cut_ins < 0 or not args.levels or args.backchannels < 0:
+        parser.error("--answers must be at least 1, --cut-ins and --backchannels at least 0, --levels not empty")
+    if args.backchannels and not args.room:
+        parser.error("--backchannels needs --room (human sounds through the room)")
     envs = modes()
     unknown = [m for m in args.modes if m not in envs]
     if unknown:
@@ -153,17 +224,27 @@ def main() -> None:
             "barge_in_level_db": gateway.barge_in_level_db}
     report: dict = {"machine": platform.machine(), "gate": gate, "levels_db": args.levels, "delays_ms": DELAYS_MS,
                     "stack": STACK_ENV, "modes": {}}
+    room, said_backchannels = None, []
+    if args.room:
+        setting = echo_room.Room()
+        room = PageRoom(setting.impulse(setting.speaker), setting.noise_dbfs)
+        speech, said_backchannels = room_speech(setting, args.cut_ins, args.backchannels)
+        report["room"] = {**setting.__dict__, "person_dbfs": PERSON_DBFS,
+                          "people": f"{len(speech)} Asterisk prompts (human speech), the first as the greeting",
+                          "backchannels": args.backchannels}
     with tempfile.TemporaryDirectory() as workdir:
-        speech = [(speak(text, voice, MIC_RATE, Path(workdir)), MIC_RATE) for text, voice in (GREETING, *CUT_INS)]
-        report["user_level_dbfs"] = user = round(float(np.mean([active_dbfs(s, MIC_RATE) for s, _ in speech])), 1)
+        if room is None:
+            speech = [(speak(text, voice, MIC_RATE, Path(workdir)), MIC_RATE) for text, voice in (GREETING, *CUT_INS)]
+        report["user_level_dbfs"] = user = round(float(np.mean([active_dbfs(s, r) for s, r in speech])), 1)
         for mode in args.modes:
             print(f"{mode}: starting the stack", flush=True)
             stack = start_stack(Path(tempfile.mkdtemp(dir=workdir)), **stack_env(), **envs[mode])
             try:
                 report["answer_level_dbfs"] = answer = asyncio.run(answer_level(stack))
-                gain_db = {level: user + level - answer for level in {*args.levels, args.cut_in_level}}
+                through = room.gain_db if room is not None else 0.0
+                gain_db = {level: user + level - answer - through for level in {*args.levels, args.cut_in_level}}
                 result = asyncio.run(run_mode(stack, args.levels, args.answers, args.cut_ins, args.cut_in_level,
-                                              speech, gain_db))
+                                              speech, gain_db, room, said_backchannels))
                 report["modes"][mode] = {"env": envs[mode], **result}
             finally:
                 stop_stack(stack)
@@ -173,8 +254,10 @@ def main() -> None:
     for mode, result in report["modes"].items():
         levels = ", ".join(f"{k} dB {v['self_interruptions']}/{v['answers']}" for k, v in result["levels"].items())
         cut = result["cut_in"]
+        back = result.get("backchannel", {})
         print(f"{mode:>8}: self-interruptions {levels}; cut-in to stop p50 {cut.get('p50_ms')} ms, "
-              f"p95 {cut.get('p95_ms')} ms, missed {cut.get('missed')}/{cut.get('cut_ins')}")
+              f"p95 {cut.get('p95_ms')} ms, missed {cut.get('missed')}/{cut.get('cut_ins')}"
+              + (f"; backchannels that stopped the answer {back['stopped']}/{back['said']}" if back else ""))
     print(f"saved {args.out}")
 
 

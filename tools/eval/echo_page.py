@@ -5,7 +5,9 @@ The microphone (ECHO_MIC, run before the page's scripts) is a WebAudio destinati
 the driver says (`say`, a real user talking) and the page's own answer, tapped at the output of its player
 worklet, delayed and attenuated (`set_echo`): a speaker feeding the microphone. Chromium's echo cancellation works on
 real capture tracks only, so none is applied here: the echo stands for what is left after the browser's echo
-cancellation, at the level chosen. Everything downstream (vad-web, the barge-in gate, the socket) is the page's own.
+cancellation, at the level chosen. With `set_room` the answer also goes through a room's impulse response from the
+loudspeaker to the microphone (a ConvolverNode), and `add_noise` loops the room's noise into the microphone.
+Everything downstream (vad-web, the barge-in gate, the socket) is the page's own.
 """
 
 from __future__ import annotations
@@ -25,22 +27,30 @@ ECHO_MIC = """(() => {
   let mic = null;
   let answer = null;
   let echo = null;
-  const setting = { gain: 0, delayMs: 30 };
+  const setting = { gain: 0, delayMs: 30, impulse: [1] };
   const link = () => {
     if (!mic || !answer || echo) return;
     const tap = answer.context.createMediaStreamDestination();
     answer.connect(tap);
     const source = mic.context.createMediaStreamSource(tap.stream);
     const delay = mic.context.createDelay(1.0);
+    const room = mic.context.createConvolver();
+    room.normalize = false;
     const gain = mic.context.createGain();
-    source.connect(delay).connect(gain).connect(mic.destination);
-    echo = { delay, gain };
+    source.connect(delay).connect(room).connect(gain).connect(mic.destination);
+    echo = { delay, room, gain, impulse: null };
     apply();
   };
   const apply = () => {
     if (!echo) return;
     echo.delay.delayTime.value = setting.delayMs / 1000;
     echo.gain.gain.value = setting.gain;
+    if (echo.impulse !== setting.impulse) {
+      const buffer = mic.context.createBuffer(1, setting.impulse.length, mic.context.sampleRate);
+      buffer.copyToChannel(Float32Array.from(setting.impulse), 0);
+      echo.room.buffer = buffer;
+      echo.impulse = setting.impulse;
+    }
   };
   const NativeWorkletNode = window.AudioWorkletNode;
   window.AudioWorkletNode = class extends NativeWorkletNode {
@@ -68,6 +78,16 @@ ECHO_MIC = """(() => {
         return Date.now();
       },
       setEcho(gain, delayMs) { Object.assign(setting, { gain, delayMs }); apply(); return echo !== null; },
+      setRoom(impulse) { setting.impulse = impulse; apply(); },
+      addNoise(samples) {
+        const buffer = context.createBuffer(1, samples.length, context.sampleRate);
+        buffer.copyToChannel(Float32Array.from(samples), 0);
+        const source = context.createBufferSource();
+        Object.assign(source, { buffer, loop: true });
+        source.connect(mic.destination);
+        source.start();
+      },
+      rate: context.sampleRate,
     };
     return new MediaStream([...mic.destination.stream.getAudioTracks(), ...stream.getVideoTracks()]);
   };
@@ -160,6 +180,18 @@ async def set_echo(page: Page, gain_db: float | None, delay_ms: float) -> None:
     """The answer reaches the microphone `gain_db` below (or above) its own level, `delay_ms` late; None: not."""
     gain = 0.0 if gain_db is None else 10 ** (gain_db / 20)
     await page.evaluate("([gain, delay]) => window.sottoTestMic.setEcho(gain, delay)", [gain, delay_ms])
+
+
+async def set_room(page: Page, impulse: np.ndarray, noise: np.ndarray) -> None:
+    """The answer reaches the microphone through `impulse` (the loudspeaker's path, at the microphone's rate:
+    `mic_rate`), and `noise` (float, at that rate) loops into the microphone from now on."""
+    await page.evaluate("(impulse) => window.sottoTestMic.setRoom(impulse)", impulse.astype(np.float32).tolist())
+    await page.evaluate("(noise) => window.sottoTestMic.addNoise(noise)", noise.astype(np.float32).tolist())
+
+
+async def mic_rate(page: Page) -> int:
+    """The sample rate of the page's microphone (its AudioContext's)."""
+    return int(await page.evaluate("() => window.sottoTestMic.rate"))
 
 
 async def say(page: Page, pcm16: np.ndarray, rate: int) -> float:
