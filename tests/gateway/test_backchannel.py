@@ -90,16 +90,6 @@ def test_the_length_of_speech_is_where_its_sound_ends_not_where_the_vad_ends_it(
     assert RULE.on_time(extent.seconds) is Verdict.CUT
 
 
-def test_a_short_sound_over_a_steady_background_is_as_long_as_the_sound() -> None:
-    """The answer's echo 21 dB below the voice, before and after a "yeah": a client VAD's pre-roll and the rest of
-    its segment carry it, and the vad took it for speech."""
-    extent = SpeechExtent()
-    extent.push(_tone(0.5, 700))
-    extent.push(_tone(0.3, 8000))
-    assert extent.push(_tone(1.0, 700)) == pytest.approx(0.3, abs=0.07)
-    assert RULE.on_time(extent.seconds) is Verdict.DUCKED
-
-
 @pytest.mark.parametrize("said", ["We're going to have to burn.", "I'm going to eat a..."])
 def test_more_words_than_a_person_says_in_the_sound_are_whispers_not_the_users(said: str) -> None:
     """What Whisper wrote for half a second of a human "right" over an answer in a room (docs/performance.md)."""

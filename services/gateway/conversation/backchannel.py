@@ -139,39 +139,37 @@ class Rule:
 
 
 class SpeechExtent:
-    """How long an utterance's own sound lasts: from its first to its last 32 ms window within 12 dB of its loudest.
+    """How far into an utterance its sound reaches: the end of its last 32 ms window within 20 dB of its loudest.
 
-    Not from where the vad started the speech to where it ended it:
-    - the vad reports an end only after a silence (and the end-of-turn model's verdict, or a hold up to
-      SOTTO_VAD_MAX_TURN_SILENCE_MS), far later than a backchannel's last sound: that would cut every "uh-huh";
-    - the vad's start can be far before the sound: Silero hears speech in a steady background (the answer's echo left
-      by a canceller, a client VAD's pre-roll of it). Through the page in a room, with its echo 20 dB below the user,
-      every backchannel measured 600 ms within 40 ms of its duck and stopped the answer (docs/performance.md).
-    A level relative to the loudest window ignores microphone gain and a steady floor. 12 dB down, a room's
-    reverberation ends within a fifth of its RT60, and echo or noise 20 dB below the voice stays out; a louder sound
-    arriving later moves the start past the background before it.
+    The vad reports a speech's end only after a silence (and the end-of-turn model's verdict, or a hold up to
+    SOTTO_VAD_MAX_TURN_SILENCE_MS), far later than a backchannel's last sound; counting the time since the start would
+    cut every "uh-huh" in that silence. A relative level, as the asr's pause test uses, ignores microphone gain and a
+    steady noise floor; a room's reverberation falls 20 dB within about a third of its RT60.
     """
 
     WINDOW = 512  # samples at 16 kHz, Silero's window
-    LOUD_RATIO = 10 ** (-12 / 20)  # of the loudest window's RMS
+    QUIET_RATIO = 0.1  # -20 dB of the loudest window so far
 
     def __init__(self, sample_rate: int = 16000) -> None:
         self._rate = sample_rate
         self._rest = np.zeros(0, dtype=np.float64)
-        self._rms: list[float] = []  # each whole window's, in order (a few hundred at most: one utterance)
+        self._windows = 0
+        self._peak = 0.0
+        self._last_loud = 0  # windows up to the end of the last loud one
 
     def push(self, pcm16: bytes) -> float:
-        """Add the utterance's next audio; returns the seconds from its first loud window to the end of its last."""
+        """Add the utterance's next audio; returns the seconds from its start to the end of its last loud window."""
         x = np.concatenate([self._rest, np.frombuffer(pcm16, dtype="<i2").astype(np.float64)])
         whole = len(x) // self.WINDOW * self.WINDOW
         self._rest = x[whole:]
-        self._rms.extend(np.sqrt(np.mean(x[:whole].reshape(-1, self.WINDOW) ** 2, axis=1)).tolist())
+        for w in x[:whole].reshape(-1, self.WINDOW):
+            rms = float(np.sqrt(np.mean(w * w)))
+            self._windows += 1
+            self._peak = max(self._peak, rms)
+            if rms > 0 and rms >= self.QUIET_RATIO * self._peak:
+                self._last_loud = self._windows
         return self.seconds
 
     @property
     def seconds(self) -> float:
-        rms = np.asarray(self._rms)
-        if not len(rms) or rms.max() <= 0:
-            return 0.0
-        loud = np.flatnonzero(rms >= self.LOUD_RATIO * rms.max())
-        return (loud[-1] - loud[0] + 1) * self.WINDOW / self._rate
+        return self._last_loud * self.WINDOW / self._rate
