@@ -1,5 +1,5 @@
-"""Small helpers the tests share: waiting for a condition in async code, reading a metric. Free ports and waiting
-in sync code are in tools.stack, which the bench shares."""
+"""Small helpers the tests share: waiting for a condition in async code, reading a metric, OpenAI SDK clients that
+are closed. Free ports and waiting in sync code are in tools.stack, which the bench shares."""
 
 from __future__ import annotations
 
@@ -8,9 +8,25 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
 T = TypeVar("T")
+_OPENAI_CLIENTS: list[AsyncOpenAI] = []
+
+
+def openai_client(base_url: str, api_key: str = "unused") -> AsyncOpenAI:
+    """An SDK client that `close_openai_clients` closes at the test's end. One left to the garbage collector
+    schedules its close on whatever event loop runs then; with its own loop gone that close fails and asyncio logs
+    an error there (it failed tests/reliability/test_fuzz.py, which allows the gateway no logged error)."""
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
+    _OPENAI_CLIENTS.append(client)
+    return client
+
+
+async def close_openai_clients() -> None:
+    while _OPENAI_CLIENTS:
+        await _OPENAI_CLIENTS.pop().close()
 
 
 async def eventually(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.01) -> T:

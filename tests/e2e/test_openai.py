@@ -19,7 +19,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.e2e.test_turns import camera_jpeg, turn_log
-from tests.helpers import eventually
+from tests.helpers import close_openai_clients, eventually, openai_client
 from tools.speech import speak
 from tools.stack import RealStack
 
@@ -33,8 +33,14 @@ def question_24k(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return speech.astype("<i2").tobytes() + bytes(2 * 24000)
 
 
+@pytest.fixture(autouse=True)
+async def _closed_clients() -> AsyncIterator[None]:
+    yield
+    await close_openai_clients()
+
+
 def sdk(stack: RealStack) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=f"{stack.http_url}/v1", api_key="local", max_retries=0)
+    return openai_client(f"{stack.http_url}/v1", "local")
 
 
 class Events:

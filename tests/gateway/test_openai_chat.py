@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+from collections.abc import AsyncIterator
 
 import aiohttp
 import grpc
@@ -14,11 +15,17 @@ from openai import AsyncOpenAI
 from PIL import Image
 
 from tests.gateway.conftest import Stack
-from tests.helpers import eventually
+from tests.helpers import close_openai_clients, eventually, openai_client
+
+
+@pytest.fixture(autouse=True)
+async def _closed_clients() -> AsyncIterator[None]:
+    yield
+    await close_openai_clients()
 
 
 def client_for(stack: Stack, api_key: str = "unused") -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=f"{stack.url}/v1", api_key=api_key, max_retries=0)
+    return openai_client(f"{stack.url}/v1", api_key)
 
 
 def jpeg_url(color: str = "red") -> tuple[str, bytes]:

@@ -48,8 +48,8 @@ class Events:
 
 @asynccontextmanager
 async def realtime(stack: Stack) -> AsyncIterator[Events]:
-    client = AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0)
-    async with client.realtime.connect(model="sotto") as conn:
+    async with AsyncOpenAI(base_url=f"{stack.url}/v1", api_key="unused", max_retries=0) as client, \
+            client.realtime.connect(model="sotto") as conn:
         events = Events(conn)
         await events.wait_for("session.created")
         yield events
