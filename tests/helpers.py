@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
+import pytest
 from openai import AsyncOpenAI
 from prometheus_client import REGISTRY
 
@@ -27,6 +28,13 @@ def openai_client(base_url: str, api_key: str = "unused") -> AsyncOpenAI:
 async def close_openai_clients() -> None:
     while _OPENAI_CLIENTS:
         await _OPENAI_CLIENTS.pop().close()
+
+
+@pytest.fixture
+async def closed_openai_clients() -> AsyncIterator[None]:
+    """A module that opens SDK clients imports this and names it in `pytestmark`'s usefixtures."""
+    yield
+    await close_openai_clients()
 
 
 async def eventually(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.01) -> T:

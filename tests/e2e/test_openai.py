@@ -19,11 +19,13 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.e2e.test_turns import camera_jpeg, turn_log
-from tests.helpers import close_openai_clients, eventually, openai_client
+from tests.helpers import closed_openai_clients, eventually, openai_client  # noqa: F401 - a fixture
 from tools.speech import speak
 from tools.stack import RealStack
 
 TIMEOUT_S = 120
+
+pytestmark = pytest.mark.usefixtures("closed_openai_clients")
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,6 @@ def question_24k(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     speech = speak("What is the capital of France?", "en-us", 24000, tmp_path_factory.mktemp("speech24"))
     return speech.astype("<i2").tobytes() + bytes(2 * 24000)
 
-
-@pytest.fixture(autouse=True)
-async def _closed_clients() -> AsyncIterator[None]:
-    yield
-    await close_openai_clients()
 
 
 def sdk(stack: RealStack) -> AsyncOpenAI:

@@ -88,14 +88,20 @@ async def test_turns_spread_evenly_over_replicas_while_the_polls_run() -> None:
         stub = health_pb2_grpc.HealthStub(deps.channels["llm"])
         turn = health_pb2.HealthCheckRequest(service="")  # the polls ask for sotto.v1.LlmService
         await eventually(lambda: all(r.checks for r in replicas), 10, "every replica polled")
-        for _ in range(30):  # until the turns' channel has all three connections ready
+        for _ in range(300):  # until the turns' channel has all three connections ready: one missing skews the count
             await stub.Check(turn, timeout=2)
+            if all(r.turns for r in replicas):
+                break
+            await asyncio.sleep(0.01)
+        assert all(r.turns for r in replicas), f"a replica never took a turn: {[r.turns for r in replicas]}"
         before = [r.turns for r in replicas]
         for _ in range(30):
             await stub.Check(turn, timeout=2)
             await asyncio.sleep(0.02)  # in step with the polls
         turns = [r.turns - b for r, b in zip(replicas, before)]
-        assert turns == [10, 10, 10], turns
+        # Strict rotation gives 10 each; gRPC restarts it at a random replica whenever it rebuilds its picker (a
+        # connection's state changing on a loaded host), which moves one turn. A pinned channel gives [30, 0, 0].
+        assert sum(turns) == 30 and max(turns) - min(turns) <= 2, turns
     finally:
         await deps.close()
         for server in servers:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import AsyncIterator
 
 import aiohttp
 import grpc
@@ -15,13 +14,9 @@ from openai import AsyncOpenAI
 from PIL import Image
 
 from tests.gateway.conftest import Stack
-from tests.helpers import close_openai_clients, eventually, openai_client
+from tests.helpers import closed_openai_clients, eventually, openai_client  # noqa: F401 - a fixture
 
-
-@pytest.fixture(autouse=True)
-async def _closed_clients() -> AsyncIterator[None]:
-    yield
-    await close_openai_clients()
+pytestmark = pytest.mark.usefixtures("closed_openai_clients")
 
 
 def client_for(stack: Stack, api_key: str = "unused") -> AsyncOpenAI:

@@ -92,8 +92,13 @@ def active_dbfs(samples: np.ndarray) -> float:
     return float(10 * np.log10(power[power > 10 ** (-50 / 10)].mean()))
 
 
-def synthesise(texts: tuple[str, ...]) -> list[np.ndarray]:
-    """The answers in Piper's English voice (the offline kit's), at the tts service's rate."""
+def synthesise(texts: tuple[str, ...], seed: int | None = None) -> list[np.ndarray]:
+    """The answers in Piper's English voice (the offline kit's), at the tts service's rate. Piper's voice varies
+    between syntheses (its noise is drawn by onnxruntime, seeded per process); `seed` fixes that draw, so that a
+    test hears the same answers on every run."""
+    if seed is not None:
+        import onnxruntime
+        onnxruntime.set_seed(seed)
     from services.tts.models import piper_voices
     from services.tts.piper import PiperEngine
     engine = PiperEngine(piper_voices(None))
