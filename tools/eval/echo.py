@@ -112,8 +112,7 @@ class PageRoom:
     @property
     def gain_db(self) -> float:
         """How much louder the room makes the answer at the microphone (its active level through the room)."""
-        answer = soxr.resample(echo_room.synthesise(echo_room.ANSWERS[:1])[0].astype(np.float64), ANSWER_RATE,
-                               RATE_16K)
+        answer = echo_room.reference_answer(RATE_16K)
         return active_dbfs(np.convolve(answer, self.impulse), RATE_16K) - active_dbfs(answer, RATE_16K)
 
     async def install(self, page) -> None:
@@ -127,14 +126,13 @@ def room_speech(room: echo_room.Room, cut_ins: int, backchannels: int) -> tuple[
     """A greeting and the cut-ins (complete Asterisk prompts of 1-3 s), and the backchannels, as the microphone
     hears a person a metre away: through the room, at PERSON_DBFS."""
     from tools.eval.backchannels import backchannels as human_backchannels
-    from tools.eval.human_speech import COMPLETE, asterisk_clips
     person = room.impulse(room.person)
 
     def heard(audio: np.ndarray) -> tuple[np.ndarray, int]:
         x = echo_room.at_level(np.convolve(audio.astype(np.float64), person), PERSON_DBFS)
         return np.clip(np.rint(x), -32768, 32767).astype(np.int16), RATE_16K
 
-    said = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: cut_ins + 1]
+    said = echo_room.cut_in_people(cut_ins + 1)  # the first is the greeting
     sounds = human_backchannels() if backchannels else []
     return [heard(a) for a in said], [heard(sounds[i % len(sounds)].audio) for i in range(backchannels)]
 

@@ -105,6 +105,17 @@ def synthesise(texts: tuple[str, ...], seed: int | None = None) -> list[np.ndarr
     return [np.concatenate([np.frombuffer(c.pcm, dtype="<i2") for c in engine.synthesize(text)]) for text in texts]
 
 
+def reference_answer(rate: int) -> np.ndarray:
+    """The first answer (float64 at `rate`): what the level calibrations of the echo play through a room."""
+    return soxr.resample(synthesise(ANSWERS[:1])[0].astype(np.float64), ANSWER_RATE, rate)
+
+
+def cut_in_people(count: int) -> list[np.ndarray]:
+    """`count` things people say to stop an answer: complete human utterances of 1 to 3 s (Asterisk's prompts)."""
+    from tools.eval.human_speech import COMPLETE, asterisk_clips
+    return [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][:count]
+
+
 def at_level(x: np.ndarray, dbfs: float) -> np.ndarray:
     return x * 10 ** ((dbfs - active_dbfs(x)) / 20)
 
@@ -268,7 +279,6 @@ def cost_ms_per_audio_s(answer: np.ndarray, room: Room, timing: Timing) -> float
 
 
 def main() -> None:
-    from tools.eval.human_speech import COMPLETE, asterisk_clips
     parser = argparse.ArgumentParser(description="The server's echo canceller in a simulated room.")
     parser.add_argument("--answers", type=int, default=20, help="answers per echo level and setting")
     parser.add_argument("--cut-ins", type=int, default=20, help="people speaking over an answer, per setting")
@@ -283,8 +293,7 @@ def main() -> None:
     room, timing, vad = Room(), Timing(), SileroVad()
     # Piper's voice varies from one synthesis to the next (its noise): each answer is its own rendition.
     answers = synthesise(tuple(ANSWERS[i % len(ANSWERS)] for i in range(args.answers)))
-    # Complete utterances of 1 to 3 s: what a person says to stop an answer.
-    people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    people = cut_in_people(args.cut_ins)
     report = {"machine": platform.machine(), "room": room.__dict__, "timing": timing.__dict__,
               "rt60_s": round(float(pra.experimental.measure_rt60(room.impulse(room.speaker), RATE)), 2),
               "person_dbfs": args.person_dbfs, "vad": vad_settings().__dict__,

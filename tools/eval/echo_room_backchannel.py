@@ -36,7 +36,8 @@ from services.common import config
 from services.gateway.conversation.backchannel import Rule, SpeechExtent, Verdict
 from services.vad.endpointing import SpeechEventKind
 from services.vad.engine import SileroVad
-from tools.eval.echo_room import ANSWERS, RATE, Room, Timing, microphone, onset_s, replay, synthesise, vad_settings
+from tools.eval.echo_room import (ANSWERS, RATE, Room, Timing, cut_in_people, microphone, onset_s, replay, synthesise,
+                                  vad_settings)
 
 SPEAK_AFTER_S = 1.0  # into the answer's playback
 
@@ -115,7 +116,6 @@ def main() -> None:
     from services.asr.engine import EngineSettings, WhisperEngine
     from services.asr.loading import kit_folder
     from tools.eval.backchannels import backchannels, knock
-    from tools.eval.human_speech import COMPLETE, asterisk_clips
 
     parser = argparse.ArgumentParser(description="Backchannels, knocks and cut-ins over answers in a simulated room.")
     parser.add_argument("--answers", type=int, default=20, help="answers (and backchannels) in the run")
@@ -145,7 +145,7 @@ def main() -> None:
     said = [human[i % len(human)].audio for i in range(args.answers)]
     # a knock reaches the microphone at the person's speech level (microphone() levels every sound the same)
     knocks = [knock(2 + i % 2, 0.15 + 0.03 * (i % 3), seed=i).audio for i in range(args.knocks)]
-    people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    people = cut_in_people(args.cut_ins)
     preroll_ms = gw.preroll_ms if args.preroll_ms is None else args.preroll_ms
     common = dict(room=room, timing=timing, vad=vad, rule=rule, recognise=recognise, echo_db=args.echo_db,
                   person_dbfs=args.person_dbfs, preroll_s=preroll_ms / 1000)

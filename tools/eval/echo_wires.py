@@ -298,7 +298,6 @@ async def evaluate(stack: RealStack, wires: list[str], answers: int, people: lis
 
 def main() -> None:
     from tools.eval.backchannels import backchannels
-    from tools.eval.human_speech import COMPLETE, asterisk_clips
     parser = argparse.ArgumentParser(description="Echo and cut-ins in a simulated room, through the sockets.")
     parser.add_argument("--answers", type=int, default=20, help="answers with the echo alone, per wire")
     parser.add_argument("--cut-ins", type=int, default=20, help="people speaking over an answer, per wire")
@@ -311,7 +310,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.answers < 0 or args.cut_ins < 0 or not set(args.wires) <= set(WIRES):
         parser.error(f"--answers and --cut-ins must be at least 0; --wires is a comma list of {', '.join(WIRES)}")
-    people = [c.audio for c in asterisk_clips() if c.label == COMPLETE and 1.0 <= c.seconds <= 3.0][: args.cut_ins]
+    people = echo_room.cut_in_people(args.cut_ins)
     human = backchannels() if args.backchannels else []
     said = [human[i % len(human)].audio for i in range(args.backchannels)]
     with tempfile.TemporaryDirectory(prefix="sotto-echo-wires-") as tmp:

@@ -35,8 +35,7 @@ class Acoustics:
     def of(cls, room: echo_room.Room, echo_dbfs: float) -> Acoustics:
         """Piper's answers, played through the room, at `echo_dbfs` (active level) at the microphone."""
         speaker = room.impulse(room.speaker)
-        reference = soxr.resample(echo_room.synthesise(echo_room.ANSWERS[:1])[0].astype(np.float64), ANSWER_RATE,
-                                  RATE)
+        reference = echo_room.reference_answer(RATE)
         gain = 10 ** ((echo_dbfs - echo_room.active_dbfs(np.convolve(reference, speaker))) / 20)
         return cls(speaker, room.impulse(room.person), float(gain), room.noise_dbfs)
 
