@@ -2,8 +2,9 @@
 side (tools/eval/echo.py) and the browser test of the barge-in gate.
 
 The microphone (ECHO_MIC, run before the page's scripts) is a WebAudio destination that carries two things: what
-the driver says (`say`, a real user talking) and the page's own answer, tapped at the output of its player
-worklet, delayed and attenuated (`set_echo`): a speaker feeding the microphone. Chromium's echo cancellation works on
+the driver says (`say`, a real user talking) and the page's own answer, tapped after the player's volume (a ducked
+answer's echo is lowered as the loudspeaker's sound is), delayed and attenuated (`set_echo`): a speaker feeding the
+microphone. Chromium's echo cancellation works on
 real capture tracks only, so none is applied here: the echo stands for what is left after the browser's echo
 cancellation, at the level chosen. With `set_room` the answer also goes through a room's impulse response from the
 loudspeaker to the microphone (a ConvolverNode), and `add_noise` loops the room's noise into the microphone.
@@ -56,7 +57,15 @@ ECHO_MIC = """(() => {
   window.AudioWorkletNode = class extends NativeWorkletNode {
     constructor(context, name, options) {
       super(context, name, options);
-      if (name === "sotto-pcm-player") { answer = this; link(); }
+      if (name !== "sotto-pcm-player") return;
+      // What the loudspeaker plays is the player's output after its volume (ducking lowers it): tap the node the
+      // worklet feeds, not the worklet itself.
+      const connect = this.connect.bind(this);
+      this.connect = (destination, ...rest) => {
+        const out = connect(destination, ...rest);
+        if (destination instanceof GainNode && !answer) { answer = destination; link(); }
+        return out;
+      };
     }
   };
   devices.getUserMedia = async (constraints) => {
