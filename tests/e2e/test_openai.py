@@ -35,7 +35,6 @@ def question_24k(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     return speech.astype("<i2").tobytes() + bytes(2 * 24000)
 
 
-
 def sdk(stack: RealStack) -> AsyncOpenAI:
     return openai_client(f"{stack.http_url}/v1", "local")
 

@@ -4,11 +4,10 @@ side (tools/eval/echo.py) and the browser test of the barge-in gate.
 The microphone (ECHO_MIC, run before the page's scripts) is a WebAudio destination that carries two things: what
 the driver says (`say`, a real user talking) and the page's own answer, tapped after the player's volume (a ducked
 answer's echo is lowered as the loudspeaker's sound is), delayed and attenuated (`set_echo`): a speaker feeding the
-microphone. Chromium's echo cancellation works on
-real capture tracks only, so none is applied here: the echo stands for what is left after the browser's echo
-cancellation, at the level chosen. With `set_room` the answer also goes through a room's impulse response from the
-loudspeaker to the microphone (a ConvolverNode), and `add_noise` loops the room's noise into the microphone.
-Everything downstream (vad-web, the barge-in gate, the socket) is the page's own.
+microphone. Chromium's echo cancellation works on real capture tracks only, so none is applied here: the echo stands
+for what is left after the browser's echo cancellation, at the level chosen. With `set_room` the answer also goes
+through a room's impulse response from the loudspeaker to the microphone (a ConvolverNode), and `add_noise` loops
+the room's noise into the microphone. Everything downstream (vad-web, the barge-in gate, the socket) is the page's own.
 """
 
 from __future__ import annotations
