@@ -3,7 +3,7 @@ microphone hears the answer from a loudspeaker, make the answer stop itself, and
 over the answer stop it?
 
     python -m tools.eval.echo_wires [--answers 20] [--cut-ins 20] [--backchannels 0] [--level=-12]
-                                    [--wires ws,ws-no-canceller,realtime]
+                                    [--wires ws,ws-no-canceller,realtime] [--spoken-question]
     (make eval-echo-wires)
 
 Unlike tools.eval.echo_room (the canceller and the vad replayed in one process), everything on the server side here
@@ -29,6 +29,10 @@ STACK_ENV), so that every answer carries seconds of echo; the echo path does not
   conversation/backchannel.py), to its ducking. Answers the echo ducked without stopping are counted beside;
 - backchannels (`--backchannels N`): a human "oh" or "right" (tools/eval/backchannels.py) over the answer 1 s into
   its playback: answers it stopped, and on `/ws` those the gateway un-ducked (`turn.unduck`).
+
+With `--spoken-question` the person asks each question aloud (a human prompt, with nothing playing) instead of
+typing it, so the session has heard them before the answer plays, as in a spoken conversation: what the server
+learns of the user's voice (a level, say) is then in play.
 """
 
 from __future__ import annotations
@@ -200,10 +204,10 @@ class RealtimeWire(Wire):
             self.run.done_at = at
 
 
-async def converse(stack: RealStack, wire_name: str, question: str, player: RoomPlayer,
+async def converse(stack: RealStack, wire_name: str, question: str | np.ndarray, player: RoomPlayer,
                    person: np.ndarray | None = None, person_dbfs: float = -26.0) -> tuple[Run, float | None]:
-    """One session, one typed question whose answer plays into the room (and, with `person`, someone speaking over
-    it): the run, and when the person's first word was heard (monotonic)."""
+    """One session, one question (typed, or said: 16 kHz audio) whose answer plays into the room (and, with
+    `person`, someone speaking over it): the run, and when the person's first word was heard (monotonic)."""
     run = Run()
     url = stack.ws_url if wire_name.startswith("ws") else stack.http_url.replace("http", "ws", 1) + "/v1/realtime"
     spoke_at = None
@@ -225,7 +229,10 @@ async def converse(stack: RealStack, wire_name: str, question: str, player: Room
         mic = asyncio.create_task(stream())
         try:
             await asyncio.sleep(0.5)
-            await wire.ask(question)
+            if isinstance(question, str):
+                await wire.ask(question)
+            else:
+                player.speak(question, time.monotonic(), person_dbfs)
             await until(lambda: player.first_played_at is not None, 90)
             if person is not None:
                 at = player.first_played_at + CUT_IN_AFTER_S
@@ -255,20 +262,25 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def evaluate(stack: RealStack, wires: list[str], answers: int, people: list[np.ndarray], level: float,
-                   person_dbfs: float, backchannels: list[np.ndarray] = ()) -> dict:
+                   person_dbfs: float, backchannels: list[np.ndarray] = (), spoken: np.ndarray | None = None) -> dict:
+    """`spoken`: the question every session asks aloud (None: typed, PROMPTS)."""
     acoustics = Acoustics.of(echo_room.Room(), person_dbfs + level)
+
+    def question(i: int) -> str | np.ndarray:
+        return PROMPTS[i % len(PROMPTS)] if spoken is None else spoken
+
     report: dict = {}
     for wire in wires:
         alone, ducked = [], 0
         for i in range(answers):
-            run, _ = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i))
+            run, _ = await converse(stack, wire, question(i), RoomPlayer(acoustics, seed=i))
             ducked += run.ducked_at is not None
             if run.stopped_at is not None:
                 alone.append(f"answer {i}: {run.stop_event} {run.stopped_at - run.first_audio_at:.2f} s into it")
         stops, ducks, first, missed = [], [], 0, 0
         for i, person in enumerate(people):
-            run, spoke_at = await converse(stack, wire, PROMPTS[i % len(PROMPTS)], RoomPlayer(acoustics, seed=i),
-                                           person, person_dbfs)
+            run, spoke_at = await converse(stack, wire, question(i), RoomPlayer(acoustics, seed=i), person,
+                                           person_dbfs)
             if run.ducked_at is not None and spoke_at <= run.ducked_at <= spoke_at + MISS_S:
                 ducks.append(round((run.ducked_at - spoke_at) * 1000))
             if run.stopped_at is not None and run.stopped_at < spoke_at:
@@ -279,8 +291,8 @@ async def evaluate(stack: RealStack, wires: list[str], answers: int, people: lis
                 missed += 1
         stopped_by_backchannel, unducked = [], 0
         for i, sound in enumerate(backchannels):
-            run, spoke_at = await converse(stack, wire, PROMPTS[i % len(PROMPTS)],
-                                           RoomPlayer(acoustics, seed=100 + i), sound, person_dbfs)
+            run, spoke_at = await converse(stack, wire, question(i), RoomPlayer(acoustics, seed=100 + i), sound,
+                                           person_dbfs)
             unducked += any(kind == "turn.unduck" for _, kind in run.events)
             if run.stopped_at is not None and run.stopped_at >= spoke_at:
                 stopped_by_backchannel.append(f"backchannel {i}: {run.stop_event}")
@@ -306,11 +318,15 @@ def main() -> None:
     parser.add_argument("--level", type=float, default=-12.0, help="echo level in dB relative to the person")
     parser.add_argument("--person-dbfs", type=float, default=-26.0, help="the person's speech level at the mic")
     parser.add_argument("--wires", type=lambda t: t.split(","), default=list(WIRES), help=",".join(WIRES))
+    parser.add_argument("--spoken-question", action="store_true",
+                        help="the person asks aloud (a human prompt no cut-in uses) instead of typing")
     parser.add_argument("--out", type=Path, default=Path("bench/results/eval_echo_wires.json"))
     args = parser.parse_args()
     if args.answers < 0 or args.cut_ins < 0 or not set(args.wires) <= set(WIRES):
         parser.error(f"--answers and --cut-ins must be at least 0; --wires is a comma list of {', '.join(WIRES)}")
-    people = echo_room.cut_in_people(args.cut_ins)
+    people = echo_room.cut_in_people(args.cut_ins + 1)
+    spoken = people.pop() if args.spoken_question else None
+    people = people[: args.cut_ins]
     human = backchannels() if args.backchannels else []
     said = [human[i % len(human)].audio for i in range(args.backchannels)]
     with tempfile.TemporaryDirectory(prefix="sotto-echo-wires-") as tmp:
@@ -318,13 +334,13 @@ def main() -> None:
         try:
             started = time.strftime("%Y-%m-%dT%H:%M:%S")
             results = asyncio.run(evaluate(stack, args.wires, args.answers, people, args.level, args.person_dbfs,
-                                           said))
+                                           said, spoken))
         finally:
             stop_stack(stack)
     report = {"machine": platform.machine(), "started": started, "room": echo_room.Room().__dict__,
               "echo_db": args.level, "person_dbfs": args.person_dbfs, "output_latency_s": OUTPUT_LATENCY_S,
               "configuration": "bench-only: SmolLM2, at most 30 tokens, greedy, no history (tools.eval.echo)",
-              "people": f"{len(people)} Asterisk prompts (human speech)",
+              "people": f"{len(people)} Asterisk prompts (human speech)", "spoken_question": spoken is not None,
               "backchannels": [h.name for h in human], "wires": results}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1))
