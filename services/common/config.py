@@ -96,6 +96,9 @@ class VadConfig:
     barge_in_min_speech_ms: int = setting("SOTTO_BARGE_IN_MIN_SPEECH_MS", 160,
                                           "While an answer plays, how long speech must last at that probability "
                                           "to interrupt it.", lo=0, hi=5000)
+    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0, "While an answer plays, the vad and the "
+                                       "page count speech toward a barge-in only within this many dB of the user's "
+                                       "own level (fainter echo does not count); 0: no level test.", lo=0, hi=60)
 
 
 @dataclass(frozen=True)
@@ -245,10 +248,6 @@ class GatewayConfig:
         "for its first audio a due check waits one more interval, and a longer interval trades later reports "
         "for fewer wake-ups.",
         lo=100, hi=60000)
-    barge_in_level_db: float = setting("SOTTO_BARGE_IN_LEVEL_DB", 6.0,
-                                       "While an answer plays, the page counts speech toward a barge-in only "
-                                       "within this many dB of the user's own speech level (a fainter echo of the "
-                                       "answer does not count); 0: no level test.", lo=0, hi=60)
     echo_cancel: bool = setting(
         "SOTTO_GATEWAY_ECHO_CANCEL", True,
         "Remove the answer's echo from the microphone of /v1/realtime clients (they run no VAD and cancel no echo "

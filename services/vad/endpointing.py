@@ -5,15 +5,25 @@ Pure logic in samples, no model and no audio: ``Endpointer`` is VADIterator's hy
 minimum speech time, with two additions. Semantic end of turn: after a short silence it asks for the
 turn model's verdict instead of ending the turn, and holds an incomplete one open up to a longer
 silence. Barge-in gate: while an answer plays, a new turn needs speech held longer at a higher
-probability, so residual echo of the answer does not start one. ``CaptureClock`` maps sample
-offsets back to capture timestamps.
+probability and near the user's own level, so residual echo of the answer does not start one.
+``CaptureClock`` maps sample offsets back to capture timestamps.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
+
+# The user's level, as the page's gate learns it (services/gateway/static/js/capture.js): the median of their
+# confident speech windows over the last ~10 s of it, heard while no answer played nor had just played (the echo
+# reaches the microphone for a while after playback stops), once there are enough of them.
+USER_LEVEL_S = 10.0
+USER_LEVEL_MIN_WINDOWS = 8
+ECHO_TAIL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,9 @@ class VadSettings:
     barge_in_threshold / barge_in_min_speech_ms: while an answer plays, a new turn needs this long
         of windows at or above this probability within one onset (short words and the gaps between
         them add up; an onset that dies starts the count again).
+    barge_in_level_db: while an answer plays, only windows within this many dB of the user's own
+        speech level count toward that (0: no level test). Silero rates even faint echo of the answer
+        as speech; its level is what tells it from the user.
     """
 
     threshold: float = 0.5
@@ -48,6 +61,7 @@ class VadSettings:
     max_turn_silence_ms: int = 1500
     barge_in_threshold: float = 0.7
     barge_in_min_speech_ms: int = 160
+    barge_in_level_db: float = 0.0
 
     def __post_init__(self) -> None:
         _check_range("threshold", self.threshold, 0.05, 0.95)
@@ -63,6 +77,7 @@ class VadSettings:
         _check_range("max_turn_silence_ms", self.max_turn_silence_ms, self.turn_silence_ms, 10000)
         _check_range("barge_in_threshold", self.barge_in_threshold, self.threshold, 1.0)
         _check_range("barge_in_min_speech_ms", self.barge_in_min_speech_ms, 0, 5000)
+        _check_range("barge_in_level_db", self.barge_in_level_db, 0, 60)
 
     @property
     def stop_threshold(self) -> float:
@@ -156,6 +171,11 @@ class Endpointer:
         self._gate_speech = round(settings.barge_in_min_speech_ms * per_ms)
         self._pad = round(settings.speech_pad_ms * per_ms)
         self._window = window
+        self._level_db = settings.barge_in_level_db
+        self._user_levels: deque[float] = deque(maxlen=max(1, round(USER_LEVEL_S * sample_rate / window)))
+        self._echo_tail = round(ECHO_TAIL_S * sample_rate)
+        self._gate_off_at: int | None = None  # where the last answer stopped playing
+        self._floor_db = -math.inf  # while gated: the lowest level that counts toward a barge-in
         self.semantic = semantic
         self.gated = False
         self.reset()
@@ -167,6 +187,8 @@ class Endpointer:
         self._quiet_since: int | None = None  # first sample below the stop threshold
         self._fading_since: int | None = None  # first sample below the speech threshold
         self._floor = 0  # a new segment never starts before the last one ended
+        self._level_ok = True  # the window being stepped is loud enough to count toward a barge-in
+        self._gate_off_at = None  # positions start again (the user's level is kept: the same person)
         self._clear_gate()
         self.verdict_pending = False  # VERDICT_DUE reported (or a verdict asked for), not yet answered
         self.held = False  # judged incomplete, and no speech since
@@ -197,20 +219,36 @@ class Endpointer:
             return self._fading_since
         return max(0, position - self._pad)
 
-    def set_gate(self, on: bool) -> tuple[Edge, int] | None:
-        """An answer starts or stops playing. An onset in progress is dropped: it began under the other rule."""
+    def set_gate(self, on: bool, position: int = 0) -> tuple[Edge, int] | None:
+        """An answer starts or stops playing (at sample ``position``). An onset in progress is dropped: it began
+        under the other rule."""
         if on == self.gated:
             return None
         self.gated = on
+        self._gate_off_at = None if on else position
+        self._floor_db = self._user_floor() if on else -math.inf
         edge = (Edge.SUPPRESSED, self._onset) if self.phase is _Phase.ONSET and self._would_start else None
         if self.phase is _Phase.ONSET:
             self._to_silence()
         self._clear_gate()
         return edge
 
-    def step(self, start: int, prob: float) -> tuple[Edge, int] | None:
-        """Feed the probability of the window at [start, start + window)."""
+    def _user_floor(self) -> float:
+        if not self._level_db or len(self._user_levels) < USER_LEVEL_MIN_WINDOWS:
+            return -math.inf  # no level test until the user has been heard
+        return float(np.median(self._user_levels)) - self._level_db
+
+    def _learn_level(self, start: int, prob: float, level_db: float | None) -> None:
+        if (level_db is None or self.gated or prob < self._gate_threshold or self.phase is _Phase.SILENCE
+                or (self._gate_off_at is not None and start - self._gate_off_at < self._echo_tail)):
+            return
+        self._user_levels.append(level_db)
+
+    def step(self, start: int, prob: float, level_db: float | None = None) -> tuple[Edge, int] | None:
+        """Feed the probability of the window at [start, start + window), and its level (dBFS; None: unknown,
+        no level test)."""
         end = start + self._window
+        self._level_ok = level_db is None or level_db >= self._floor_db
         if self.phase is _Phase.SILENCE:
             if prob < self._threshold:
                 return None
@@ -225,6 +263,7 @@ class Endpointer:
                 self._quiet_since = start
         quiet = 0 if self._quiet_since is None else end - self._quiet_since
 
+        self._learn_level(start, prob, level_db)
         if self.phase is _Phase.ONSET:
             if prob >= self._stop_threshold:
                 self._voiced += self._window
@@ -251,7 +290,7 @@ class Endpointer:
         return None
 
     def _gated_onset(self, start: int, prob: float, quiet: int) -> tuple[Edge, int] | None:
-        if prob >= self._gate_threshold:
+        if prob >= self._gate_threshold and self._level_ok:
             self._gate_onset = start if self._gate_run == 0 else self._gate_onset
             self._gate_run += self._window
         self._would_start = self._would_start or self._voiced >= self._min_speech

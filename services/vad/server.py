@@ -76,6 +76,7 @@ def settings_from_proto(message: vad_pb2.VadSettings, defaults: VadSettings) -> 
         max_turn_silence_ms=message.max_turn_silence_ms or defaults.max_turn_silence_ms,
         barge_in_threshold=message.barge_in_threshold or defaults.barge_in_threshold,
         barge_in_min_speech_ms=message.barge_in_min_speech_ms or defaults.barge_in_min_speech_ms,
+        barge_in_level_db=defaults.barge_in_level_db,  # the service's own: the user's level is learned here
     )
 
 

@@ -112,10 +112,12 @@ def test_the_clients_end_of_speech_asks_the_model(model, turn_model, turn_clips)
                 assert again.kind is SpeechEventKind.HELD and not stream.verdict_due
 
 
-def _step_all(endpointer: Endpointer, probs: list[float], window: int = 512) -> list[tuple[Edge, int, int]]:
+def _step_all(endpointer: Endpointer, probs: list[float], window: int = 512, levels: list[float] | None = None,
+              first: int = 0) -> list[tuple[Edge, int, int]]:
     edges = []
-    for i, prob in enumerate(probs):
-        if edge := endpointer.step(i * window, prob):
+    for i, prob in enumerate(probs, start=first):
+        level = None if levels is None else levels[i - first]
+        if edge := endpointer.step(i * window, prob, level):
             edges.append((edge[0], edge[1], (i + 1) * window))
     return edges
 
@@ -135,3 +137,27 @@ def test_the_barge_in_gate_ignores_echo_like_speech_but_not_a_clear_voice():
     assert (started[2] - started[1]) / 16 <= 160 + windows_ms
     # Without the gate, the echo starts a turn.
     assert _step_all(Endpointer(VadSettings(), RATE, 512), [0.6] * 30)[0][0] is Edge.STARTED
+
+
+def test_while_an_answer_plays_confident_speech_far_below_the_users_level_is_its_echo():
+    """The user speaks at -26 dBFS with nothing playing; during the answer, speech Silero is sure of but 20 dB below
+    them (the echo a canceller or the browser left) starts no turn, and the user at their level does."""
+    endpointer = Endpointer(VadSettings(speech_pad_ms=0, semantic=False, barge_in_level_db=6), RATE, 512)
+    said = _step_all(endpointer, [0.95] * 30 + [0.05] * 20, levels=[-26.0] * 30 + [-70.0] * 20)
+    assert [edge for edge, *_ in said] == [Edge.STARTED, Edge.ENDED]
+    endpointer.set_gate(True, 50 * 512)
+    echo = _step_all(endpointer, [0.95] * 30 + [0.05] * 20, levels=[-46.0] * 30 + [-70.0] * 20, first=50)
+    assert [edge for edge, *_ in echo] == [Edge.SUPPRESSED]
+    (started,) = _step_all(endpointer, [0.95] * 20, levels=[-29.0] * 20, first=100)
+    assert started[0] is Edge.STARTED and started[1] == 100 * 512
+
+
+def test_without_the_users_level_or_with_the_level_test_off_the_probability_alone_gates():
+    for settings, heard in ((VadSettings(speech_pad_ms=0, barge_in_level_db=6), False),
+                            (VadSettings(speech_pad_ms=0, barge_in_level_db=0), True)):
+        endpointer = Endpointer(settings, RATE, 512)
+        if heard:
+            _step_all(endpointer, [0.95] * 30 + [0.05] * 20, levels=[-26.0] * 30 + [-70.0] * 20)
+        endpointer.set_gate(True, 50 * 512)
+        (started,) = _step_all(endpointer, [0.95] * 20, levels=[-46.0] * 20, first=50)
+        assert started[0] is Edge.STARTED

@@ -217,9 +217,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown mode(s) {unknown}; accepted: {', '.join(envs)}")
     vad = config.exit_on_error(lambda: config.load(config.VadConfig))
-    gateway = config.exit_on_error(lambda: config.load(config.GatewayConfig))
     gate = {"barge_in_threshold": vad.barge_in_threshold, "barge_in_min_speech_ms": vad.barge_in_min_speech_ms,
-            "barge_in_level_db": gateway.barge_in_level_db}
+            "barge_in_level_db": vad.barge_in_level_db}
     report: dict = {"machine": platform.machine(), "gate": gate, "levels_db": args.levels, "delays_ms": DELAYS_MS,
                     "stack": STACK_ENV, "modes": {}}
     room, said_backchannels = None, []

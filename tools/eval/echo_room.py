@@ -149,7 +149,7 @@ def vad_settings() -> VadSettings:
     v = config.load(config.VadConfig)
     return VadSettings(threshold=v.threshold, min_speech_ms=v.min_speech_ms, min_silence_ms=v.min_silence_ms,
                        speech_pad_ms=v.speech_pad_ms, semantic=False, barge_in_threshold=v.barge_in_threshold,
-                       barge_in_min_speech_ms=v.barge_in_min_speech_ms)
+                       barge_in_min_speech_ms=v.barge_in_min_speech_ms, barge_in_level_db=v.barge_in_level_db)
 
 
 def canceller(cancel: bool, lead_ms: int | None = None) -> EchoCanceller:

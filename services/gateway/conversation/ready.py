@@ -20,7 +20,7 @@ def session_ready(session_id: str, start: Opening, cfg: config.Settings, models:
               "jitter_ms": gw.jitter_ms, "request_timeout_ms": gw.request_timeout_ms}
     turn = {"semantic": v.semantic_turn, "silence_ms": v.turn_silence_ms, "max_silence_ms": v.max_turn_silence_ms,
             "barge_in_threshold": v.barge_in_threshold, "barge_in_min_speech_ms": v.barge_in_min_speech_ms,
-            "barge_in_level_db": gw.barge_in_level_db, "echo_cancel": start.echo_cancel,
+            "barge_in_level_db": v.barge_in_level_db, "echo_cancel": start.echo_cancel,
             # speech over an answer ducks it (turn.duck) and the server decides the cut (conversation/backchannel.py)
             "backchannel": gw.backchannel, "duck_db": gw.duck_db}
     return events.SessionReady(
