@@ -187,7 +187,6 @@ class Endpointer:
         self._quiet_since: int | None = None  # first sample below the stop threshold
         self._fading_since: int | None = None  # first sample below the speech threshold
         self._floor = 0  # a new segment never starts before the last one ended
-        self._level_ok = True  # the window being stepped is loud enough to count toward a barge-in
         self._gate_off_at = None  # positions start again (the user's level is kept: the same person)
         self._clear_gate()
         self.verdict_pending = False  # VERDICT_DUE reported (or a verdict asked for), not yet answered
@@ -248,7 +247,6 @@ class Endpointer:
         """Feed the probability of the window at [start, start + window), and its level (dBFS; None: unknown,
         no level test)."""
         end = start + self._window
-        self._level_ok = level_db is None or level_db >= self._floor_db
         if self.phase is _Phase.SILENCE:
             if prob < self._threshold:
                 return None
@@ -268,7 +266,7 @@ class Endpointer:
             if prob >= self._stop_threshold:
                 self._voiced += self._window
             if self.gated:
-                return self._gated_onset(start, prob, quiet)
+                return self._gated_onset(start, prob, quiet, level_db is None or level_db >= self._floor_db)
             if self._voiced >= self._min_speech:
                 self.phase = _Phase.SPEECH
                 return Edge.STARTED, max(self._floor, self._onset - self._pad)
@@ -289,8 +287,9 @@ class Endpointer:
             return Edge.VERDICT_DUE, end
         return None
 
-    def _gated_onset(self, start: int, prob: float, quiet: int) -> tuple[Edge, int] | None:
-        if prob >= self._gate_threshold and self._level_ok:
+    def _gated_onset(self, start: int, prob: float, quiet: int, loud: bool) -> tuple[Edge, int] | None:
+        """`loud`: the window is within the level test's reach of the user's own level (or there is no test)."""
+        if prob >= self._gate_threshold and loud:
             self._gate_onset = start if self._gate_run == 0 else self._gate_onset
             self._gate_run += self._window
         self._would_start = self._would_start or self._voiced >= self._min_speech
