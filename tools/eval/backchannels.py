@@ -36,8 +36,31 @@ def _cut_word(clip: Clip, word: str) -> np.ndarray:
     for i, w in enumerate(words):
         if w.word.strip().strip(".,!?").lower() == word:
             a = max(0, int((w.start - WORD_MARGIN_S) * SAMPLE_RATE))
-            return clip.audio[a:min(len(clip.audio), int(word_end(words, i) * SAMPLE_RATE))]
+            return _before_next_onset(clip.audio[a:min(len(clip.audio), int(word_end(words, i) * SAMPLE_RATE))])
     raise RuntimeError(f"Whisper found no '{word}' in {clip.id}: {clip.transcript!r}")
+
+
+_WINDOW = 512  # 32 ms at 16 kHz, the vad's window
+_ONSET_DB = 10.0  # a rise this far above the quietest window after the word's loudest: the next word begins
+
+
+def _before_next_onset(audio: np.ndarray) -> np.ndarray:
+    """The cut word without the next word's first sound.
+
+    Whisper tiny's word timestamps can end a word late, after the next word has begun ("right" then the "b" of
+    "brace"): a backchannel cut that way is a word and a bit, and lasts longer than the person's word. The cut ends
+    after the quietest window that follows the word's loudest, where the sound rises again by _ONSET_DB.
+    """
+    n = len(audio) // _WINDOW
+    if n < 3:
+        return audio
+    frames = audio[:n * _WINDOW].astype(np.float64).reshape(n, _WINDOW)
+    db = 10 * np.log10(np.mean(frames * frames, axis=1) + 1e-9)
+    loudest = int(np.argmax(db))
+    quietest = loudest + int(np.argmin(db[loudest:]))
+    if np.max(db[quietest:], initial=-np.inf) - db[quietest] < _ONSET_DB:
+        return audio  # no sound rises after the word's decay: it is whole
+    return audio[:(quietest + 1) * _WINDOW]
 
 
 def backchannels() -> list[Sound]:
