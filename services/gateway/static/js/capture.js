@@ -18,11 +18,6 @@
 // from the user: the reference is the median frame level of the user's recent speech heard while nothing played, nor
 // had just played (until the user has spoken once, the probability alone gates). Short words add up, across the pauses between
 // them ("Wait, ... what"): the count starts again only after GATE_GAP_MS without counted speech.
-//
-// The same level ends an utterance over the answer: Silero goes on hearing the echo as speech after an "uh-huh", so
-// the VAD's segment would go on too, and the server would take the echo for more of the user's speech (a backchannel
-// that lasts too long to be one). Once nothing at the user's level is heard for the turn's silence, the segment ends
-// (audio.end); if the user goes on within the VAD's segment, their speech starts a new one.
 
 import { createAudioContext } from "./audio-context.js";
 import { describeMediaError, UserFacingError } from "./media-errors.js";
@@ -38,7 +33,6 @@ const GATE_GAP_MS = 600; // a pause between the words of one interruption, longe
 // The answer's echo goes on reaching the VAD for a while after playback stops (the echo path, the room, the VAD's own
 // lag): speech heard within this time of it is not taken as the user's level.
 const ECHO_TAIL_FRAMES = Math.ceil(500 / FRAME_MS);
-const NEGATIVE_THRESHOLD = 0.35; // the VAD's: below it a frame counts toward the end of the segment
 
 // Browser audio processing, chosen deliberately:
 // - echoCancellation ON: with speakers the assistant's own voice reaches the mic; without AEC the VAD would hear it
@@ -76,10 +70,7 @@ export class SpeechCapture {
     this.pending = [];
     this.afterEnd = [];
     this.gate = { on: false, threshold: 0.7, minMs: 160, levelDb: 6, floorDb: -Infinity, runMs: 0, gapMs: 0,
-                  quietMs: 0, passed: false };
-    this.silenceMs = 200; // the VAD's end of segment (redemptionMs): the server's turn silence, once configured
-    this.vadOpen = false; // the VAD's segment goes on (between its speech start and its end)
-    this.endedByLevel = false; // the utterance was ended by level within the VAD's segment, which goes on in echo
+                  passed: false };
     this.userLevels = []; // dBFS of the user's speech frames heard while no answer played
     this.gateOffFrame = -Infinity; // frameIndex when the last answer stopped playing
     this.suppressed = 0;
@@ -129,10 +120,7 @@ export class SpeechCapture {
   // VAD ends its segment after that silence too, and gates barge-ins as the server does.
   configure(turn) {
     if (!turn) return;
-    if (turn.silence_ms) {
-      this.silenceMs = Math.max(turn.silence_ms, 2 * FRAME_MS);
-      this.micVad?.setOptions({ redemptionMs: this.silenceMs });
-    }
+    if (turn.silence_ms) this.micVad?.setOptions({ redemptionMs: Math.max(turn.silence_ms, 2 * FRAME_MS) });
     this.gate.threshold = turn.barge_in_threshold ?? this.gate.threshold;
     this.gate.minMs = turn.barge_in_min_speech_ms ?? this.gate.minMs;
     this.gate.levelDb = turn.barge_in_level_db ?? this.gate.levelDb;
@@ -142,15 +130,8 @@ export class SpeechCapture {
     if (on === this.gate.on) return;
     // The held segment is the user's once it stopped the answer (onBargeIn) or has any frame at their level.
     const theirs = this.gate.passed || this.gate.runMs > 0;
-    Object.assign(this.gate, { on, runMs: 0, gapMs: 0, quietMs: 0, passed: false, floorDb: this._levelFloor() });
+    Object.assign(this.gate, { on, runMs: 0, gapMs: 0, passed: false, floorDb: this._levelFloor() });
     if (!on) this.gateOffFrame = this.frameIndex;
-    if (!on && this.endedByLevel && this.vadOpen && (this.state === "ending" || this.state === "quiet")) {
-      // The VAD's segment goes on past the answer: held back as a new utterance, sent if the user speaks on.
-      this.state = "gated";
-      this.pending = this.ring;
-      this.ring = [];
-      return;
-    }
     if (!on && this.state === "gated") {
       // Otherwise the answer ended while a segment was held back that is only that answer's echo: sending it now
       // would answer the echo. Only its last pre-roll is kept, sent once speech goes on past the echo's tail.
@@ -194,8 +175,8 @@ export class SpeechCapture {
       onFrameProcessed: (probs, frame) => this._frame(frame, probs.isSpeech),
       onSpeechStart: () => this._speechStart(),
       onSpeechRealStart: () => this._speechConfirmed(),
-      onVADMisfire: () => this._vadEnd(true),
-      onSpeechEnd: () => this._vadEnd(),
+      onVADMisfire: () => this._misfire(),
+      onSpeechEnd: () => this._speechEnd(),
     };
   }
 
@@ -253,12 +234,8 @@ export class SpeechCapture {
       }
       return;
     }
-    if (gate.passed) {
-      this._endByLevel(frame, probability);
-      return;
-    }
-    const heard = speech || (this.endedByLevel && this.vadOpen);
-    if (heard && probability >= gate.threshold && levelDb(frame) >= gate.floorDb) {
+    if (gate.passed) return;
+    if (speech && probability >= gate.threshold && levelDb(frame) >= gate.floorDb) {
       gate.runMs += FRAME_MS;
       gate.gapMs = 0;
     } else if ((gate.gapMs += FRAME_MS) >= GATE_GAP_MS) {
@@ -267,42 +244,10 @@ export class SpeechCapture {
     if (gate.runMs < Math.max(gate.minMs, FRAME_MS)) return;
     gate.passed = true;
     this.handlers.onBargeIn();
-    if (this.state === "gated") {
-      this._confirm();
-    } else if (this.state === "ending" || this.state === "quiet") { // the user goes on in the VAD's segment
-      this.pending = this.ring;
-      this.ring = [];
-      this.handlers.onSpeechStart();
-      this._confirm();
-    }
-  }
-
-  // While the answer plays, an utterance whose user-level sound stopped for the VAD's silence ends, though the
-  // VAD's segment goes on in the echo. Only once the user's level is known; the gate is armed again.
-  _endByLevel(frame, probability) {
-    const gate = this.gate;
-    if (this.state !== "speaking" || !Number.isFinite(gate.floorDb)) return;
-    if (probability >= NEGATIVE_THRESHOLD && levelDb(frame) >= gate.floorDb) {
-      gate.quietMs = 0;
-      return;
-    }
-    if ((gate.quietMs += FRAME_MS) < this.silenceMs) return;
-    Object.assign(gate, { passed: false, runMs: 0, gapMs: 0, quietMs: 0 });
-    this.endedByLevel = true;
-    this._speechEnd();
-  }
-
-  // The VAD's segment ended (misfire: too short to be speech).
-  _vadEnd(misfire = false) {
-    this.vadOpen = false;
-    this.endedByLevel = false;
-    if (misfire) this._misfire();
-    else this._speechEnd();
+    if (this.state === "gated") this._confirm();
   }
 
   _speechStart() {
-    this.vadOpen = true;
-    this.endedByLevel = false;
     if (this.state === "continuing") return; // the held utterance goes on: its frames are already being sent
     if (this.state === "ending") this.afterEnd = []; // a new utterance: the server ended the last one
     this.state = "pending";
