@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tools.compose import engine, images
+
 pytestmark = [pytest.mark.docker]
-
-pytest.importorskip("python_on_whales", reason="python-on-whales is not installed (the deploy test deps)")
-
-from tools.compose import engine, images  # noqa: E402
 
 
 @pytest.fixture
