@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools.eval import echo
+from tools.eval import echo, echo_room
 from tools.eval.backchannels import backchannels
 from tools.eval.echo_page import Answer, echo_page, set_echo, spoken_turn, typed_answer
 from tools.speech import speak
@@ -41,7 +41,7 @@ def echo_run(vendor_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     greeting, cut_in = (speak(text, voice, echo.MIC_RATE, folder) for text, voice in (echo.GREETING, echo.CUT_INS[0]))
     user_db = min(echo.active_dbfs(greeting, echo.MIC_RATE), echo.active_dbfs(cut_in, echo.MIC_RATE))
     (oh,) = [s.audio for s in backchannels() if s.name == "oh"]
-    oh = np.rint(oh * 10 ** ((user_db - echo.active_dbfs(oh, echo.RATE_16K)) / 20)).astype(np.int16)
+    oh = np.rint(echo_room.at_level(oh, user_db)).astype(np.int16)
     stack = start_stack(tmp_path_factory.mktemp("echo-stack"), **echo.stack_env())
 
     async def converse() -> EchoRun:
